@@ -1,0 +1,231 @@
+"""The env contract every interaction type keeps (DESIGN.md section 2, "Env").
+
+An `AgentEnv` is a Gymnasium env whose action is the assistant's raw output text and whose
+`step` returns the next state s_{t+1} the agent sees: a tool result, a shell's output, a new
+screen, a user's reply. Subclasses implement four hooks (`task_ids`, `load_task`, `_start`,
+`_act`); the base class owns turn counting, truncation, status bookkeeping and the `info`
+layout, so every env reports the same things the same way.
+
+Status values (info["status"]) say whose fault a turn's result is, because the learner treats
+them differently:
+  ok              the action ran (a failing command is still "ok": the agent caused it).
+  invalid_action  the action could not be understood (malformed or unknown tool call, bad args).
+  env_error       the action ran but the env reported an error it caused (tool raised, the
+                  tool's own time or output limit fired).
+  infra_error     the env's machinery failed (sandbox died, daemon error): not the agent's fault.
+  timeout         a harness deadline (step or episode) fired: not the agent's fault.
+Turns with infra_error or timeout never count as reward 0; they leave the batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+MAX_TEXT = 1 << 20  # characters; observations longer than this are cut by the env itself
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    INVALID_ACTION = "invalid_action"
+    ENV_ERROR = "env_error"
+    INFRA_ERROR = "infra_error"
+    TIMEOUT = "timeout"
+
+    @property
+    def is_infra(self) -> bool:
+        """True for failures that are not the agent's doing (excluded from training)."""
+        return self in (Status.INFRA_ERROR, Status.TIMEOUT)
+
+
+@dataclasses.dataclass
+class NextState:
+    """What the agent sees after its action, plus what a program can read about it."""
+
+    role: str  # "user" or "tool": the chat role the observation is rendered with
+    content: str  # the text the agent sees
+    kind: str  # the signal: "shell", "tests", "tool_result", "screen", "user_reply", ...
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NextState:
+        return cls(role=d["role"], content=d["content"], kind=d["kind"], data=dict(d.get("data") or {}))
+
+
+@dataclasses.dataclass
+class Task:
+    """One problem an env can pose. `oracle` is a known-good list of raw assistant outputs."""
+
+    task_id: str
+    prompt: str
+    oracle: list[str] = dataclasses.field(default_factory=list)
+    answer: Any = None
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class StepResult:
+    """What a subclass's `_act` returns for one action."""
+
+    next_state: NextState
+    status: Status = Status.OK
+    done: bool = False  # the episode ended by the agent's doing (answer given, submit)
+    outcome: float | None = None  # the verifiable outcome, required when done
+
+
+class AnyText(spaces.Text):
+    """A Text space that holds any unicode string (Gymnasium's Text limits the charset)."""
+
+    def __init__(self, max_length: int = MAX_TEXT, seed: int | None = None):
+        super().__init__(max_length=max_length, min_length=0, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"AnyText({self.max_length})"
+
+
+class AgentEnv(gymnasium.Env):
+    """Base class of every env. Subclass it, implement the hooks, register it (see `register`).
+
+    Hooks a subclass implements:
+      task_ids() -> list[str]               the tasks this env can pose
+      load_task(task_id) -> Task            one task
+      _start(task) -> (NextState | None)    set the episode up (sandbox, browser); may return
+                                            extra first content (None: the prompt alone)
+      _act(action) -> StepResult            carry one action out
+    Optional: system_prompt(), tools(), oracle_action(), random_action(rng), _finish() (free
+    per-episode resources), close() (free everything).
+    """
+
+    metadata = {"render_modes": []}
+    #: outcome given when the turn limit is reached without the agent finishing
+    fail_outcome: float = -1.0
+
+    def __init__(self, max_turns: int = 10) -> None:
+        super().__init__()
+        self.max_turns = int(max_turns)
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.task: Task | None = None
+        self.turn = 0
+        self.done = False
+
+    # ---- hooks -------------------------------------------------------------------------
+    def task_ids(self) -> list[str]:
+        raise NotImplementedError
+
+    def load_task(self, task_id: str) -> Task:
+        raise NotImplementedError
+
+    def _start(self, task: Task) -> NextState | None:
+        return None
+
+    def _act(self, action: str) -> StepResult:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """Free what one episode used (called at episode end, before the next reset)."""
+
+    def system_prompt(self) -> str | None:
+        return None
+
+    def tools(self) -> list[dict[str, Any]]:
+        return []
+
+    def oracle_action(self) -> str:
+        """The next known-good action for the current episode (default: the task's list)."""
+        assert self.task is not None, "call reset() first"
+        if self.turn >= len(self.task.oracle):
+            raise IndexError(f"task {self.task.task_id} has no oracle action for turn {self.turn}")
+        return self.task.oracle[self.turn]
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """A random action. Envs override this with random but plausible tool calls."""
+        return self.action_space.sample()
+
+    # ---- gymnasium API -----------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if self.task is not None and not self.done:
+            self._finish()
+        options = options or {}
+        task_id = options.get("task_id")
+        if task_id is None:
+            ids = self.task_ids()
+            if not ids:
+                raise RuntimeError(f"{type(self).__name__} has no tasks")
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        self.task = self.load_task(str(task_id))
+        self.turn = 0
+        self.done = False
+        extra = self._start(self.task)
+        user_content = self.task.prompt if extra is None else f"{self.task.prompt}\n\n{extra.content}"
+        messages: list[dict[str, Any]] = []
+        sp = self.system_prompt()
+        if sp:
+            messages.append({"role": "system", "content": sp})
+        messages.append({"role": "user", "content": user_content})
+        info: dict[str, Any] = {"task_id": self.task.task_id, "messages": messages, "tools": self.tools()}
+        if extra is not None:
+            info["start_state"] = extra
+        return user_content, info
+
+    def step(self, action: str):
+        if self.task is None or self.done:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        if not isinstance(action, str):
+            action = str(action)
+        result = self._act(action)
+        self.turn += 1
+        terminated = result.done
+        truncated = not terminated and self.turn >= self.max_turns
+        if result.status.is_infra:
+            # Infrastructure failed under the agent: the episode cannot go on meaningfully.
+            truncated = not terminated
+        reward = 0.0
+        outcome = None
+        if terminated:
+            if result.outcome is None:
+                raise RuntimeError(f"{type(self).__name__}._act ended an episode without an outcome")
+            outcome = float(result.outcome)
+        elif truncated and not result.status.is_infra:
+            outcome = float(self.fail_outcome)
+        if outcome is not None:
+            reward = outcome
+        info = {
+            "next_state": result.next_state,
+            "status": result.status.value,
+            "turn": self.turn,
+            "outcome": outcome,
+        }
+        if terminated or truncated:
+            self.done = True
+            self._finish()
+        return result.next_state.content, reward, terminated, truncated, info
+
+
+def register(env_id: str, entry_point: str, **kwargs: Any) -> None:
+    """Register an env with Gymnasium once (re-registering the same id is a no-op)."""
+    if env_id not in gymnasium.registry:
+        gymnasium.register(id=env_id, entry_point=entry_point, kwargs=kwargs, disable_env_checker=True)
+
+
+#: short name (the `env=` config word) -> (Gymnasium id, entry point). One line per env.
+ENVS: dict[str, tuple[str, str]] = {
+    "terminal": ("openclaw/Terminal-v0", "envs.terminal.env:TerminalEnv"),
+    "gui": ("openclaw/GUI-v0", "envs.gui.env:GuiEnv"),
+    "swe": ("openclaw/SWE-v0", "envs.swe.env:SWEEnv"),
+    "toolcall": ("openclaw/ToolCall-v0", "envs.toolcall.env:ToolCallEnv"),
+    "chat_sim": ("openclaw/ChatSim-v0", "envs.chat_sim.env:ChatSimEnv"),
+}
+for _env_id, _entry in ENVS.values():
+    register(_env_id, _entry)
