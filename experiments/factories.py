@@ -1,0 +1,129 @@
+"""Build the run's parts from the resolved config: the env factory and the policy.
+
+Misconfiguration fails here, before anything starts, with one line that says what to do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from typing import Any, Callable
+
+import gymnasium
+from omegaconf import DictConfig, OmegaConf
+
+from agent.actors import Actor, ModelActor, OracleActor, RandomActor
+from agent.chat import ChatRenderer
+from agent.policy.base import PolicyClient, SamplingParams
+from agent.rollout import EpisodeJob
+from envs.base import ENVS, AgentEnv
+
+
+class ConfigError(ValueError):
+    """A run misconfigured by the user; the message says what to do."""
+
+
+_ENV_RESERVED = ("name", "id", "entry_point")
+
+
+def load_entry_point(entry_point: str) -> Any:
+    mod_name, _, attr = entry_point.partition(":")
+    if not attr:
+        raise ConfigError(f"entry point {entry_point!r} must look like 'package.module:ClassName'")
+    try:
+        return getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot load {entry_point!r}: {e}") from e
+
+
+def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
+    if env_cfg.get("entry_point"):
+        cls = load_entry_point(str(env_cfg.entry_point))
+    elif env_cfg.get("id"):
+        try:
+            cls = load_entry_point(str(gymnasium.spec(str(env_cfg.id)).entry_point))
+        except gymnasium.error.Error as e:
+            raise ConfigError(f"env id {env_cfg.id!r} is not registered ({e}); known envs: {', '.join(ENVS)}") from e
+    else:
+        raise ConfigError(f"env {env_cfg.get('name')!r} names neither an id nor an entry_point; known envs: {', '.join(ENVS)}, custom")
+    if not (isinstance(cls, type) and issubclass(cls, AgentEnv)):
+        raise ConfigError(f"{cls!r} is not a subclass of envs.base.AgentEnv")
+    return cls
+
+
+def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callable[[], AgentEnv]:
+    """A zero-argument constructor of the configured env. Options under `env.` are passed to
+    the constructor (null means "the env's default"); `sandbox` is passed where accepted."""
+    cls = env_class(cfg.env)
+    opts = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items()
+            if k not in _ENV_RESERVED and v is not None}
+    params = inspect.signature(cls.__init__).parameters
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if "sandbox" in params and "sandbox" not in opts:
+        opts["sandbox"] = str(cfg.sandbox.name)
+    for k, v in (extra or {}).items():
+        if k in params or accepts_any:
+            opts.setdefault(k, v)
+    unknown = [k for k in opts if k not in params and not accepts_any]
+    if unknown:
+        known = [p for p in params if p != "self"]
+        raise ConfigError(f"{cls.__name__} has no option {', '.join(unknown)}; it takes: {', '.join(known) or 'nothing'}")
+    return lambda: cls(**opts)
+
+
+@dataclasses.dataclass
+class Policy:
+    """The serving side of a run: who acts, and (for model policies) the client and renderer."""
+
+    name: str
+    make_actor: Callable[[EpisodeJob], Actor]
+    client: PolicyClient | None = None
+    renderer: ChatRenderer | None = None
+    tokenizer: Any = None
+    _close: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
+
+    async def aclose(self) -> None:
+        for fn in reversed(self._close):
+            r = fn()
+            if inspect.isawaitable(r):
+                await r
+        self._close.clear()
+
+
+def sampling_params(cfg: DictConfig) -> SamplingParams:
+    s = cfg.sampling
+    return SamplingParams(max_new_tokens=int(s.max_new_tokens), temperature=float(s.temperature), top_p=float(s.top_p))
+
+
+def build_policy(cfg: DictConfig) -> Policy:
+    name = str(cfg.policy.name)
+    if name == "oracle":
+        return Policy(name, make_actor=lambda job: OracleActor())
+    if name == "random":
+        return Policy(name, make_actor=lambda job: RandomActor(job.seed))
+    if name == "local":
+        from agent.policy.engine import Engine
+        from agent.policy.server import serve
+        from agent.policy.sglang_client import SGLangClient
+
+        engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
+        server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port))
+        client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s))
+        return _model_policy(cfg, name, client, engine.tokenizer, [engine.shutdown, server.stop, client.aclose])
+    if name == "sglang":
+        from agent.policy.sglang_launch import connect_or_launch
+
+        client, tokenizer, closers = connect_or_launch(cfg)
+        return _model_policy(cfg, name, client, tokenizer, closers)
+    raise ConfigError(f"unknown policy {name!r}; choose local, sglang, oracle or random")
+
+
+def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: Any, closers: list) -> Policy:
+    renderer = ChatRenderer(tokenizer)
+    sampling = sampling_params(cfg)
+    max_context = int(cfg.max_context)
+    return Policy(
+        name,
+        make_actor=lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context),
+        client=client, renderer=renderer, tokenizer=tokenizer, _close=list(closers),
+    )

@@ -1,0 +1,141 @@
+"""The experiment loop: rollouts -> next-state scoring -> advantages -> update -> weight sync.
+
+Each RL step samples `tasks_per_step` tasks, runs `group_size` episodes of each, scores every
+turn as soon as its next state exists (scoring never blocks generation), and, in a training
+mode, updates the learner and pushes the new weights to the serving policy. With
+`max_staleness >= 1` the rollouts of step k+1 start before step k trains, so serving never
+stops; every turn records the policy version that sampled it.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import Counter
+from typing import Any, Awaitable, Callable
+
+import numpy as np
+
+from agent.rollout import Episode, EpisodeJob, Runner
+from agent.turn import Turn
+from learner.runlog import RunLog
+
+
+@dataclasses.dataclass
+class LoopConfig:
+    steps: int
+    tasks_per_step: int
+    group_size: int
+    seed: int
+    max_staleness: int = 1
+
+
+@dataclasses.dataclass
+class StepOutput:
+    """What a training step reports back to the loop."""
+
+    metrics: dict[str, Any]
+    policy_version: int
+
+
+# A trainer takes one step's scored turns and returns metrics and the new policy version.
+Trainer = Callable[[int, list[Turn]], Awaitable[StepOutput]]
+# Extra per-step metrics (e.g. personalization on held-out tasks), given the step and version.
+Evaluator = Callable[[int], Awaitable[dict[str, Any]]]
+
+
+def make_jobs(task_ids: list[str], step: int, cfg: LoopConfig) -> list[EpisodeJob]:
+    """Tasks for one step: a seeded draw, each task repeated `group_size` times (one group)."""
+    rng = np.random.default_rng([cfg.seed, step])
+    replace = len(task_ids) < cfg.tasks_per_step
+    picks = rng.choice(len(task_ids), size=cfg.tasks_per_step, replace=replace)
+    jobs = []
+    for i, k in enumerate(picks):
+        for g in range(cfg.group_size):
+            jobs.append(EpisodeJob(
+                episode_id=f"s{step}-t{i}-g{g}", task_id=task_ids[int(k)], group_id=f"s{step}-t{i}",
+                seed=int(rng.integers(2**31)),
+            ))
+    return jobs
+
+
+def rollout_metrics(episodes: list[Episode]) -> dict[str, Any]:
+    turns = [t for e in episodes for t in e.turns]
+    outcomes = [e.outcome for e in episodes if e.outcome is not None]
+    statuses = Counter(t.status for t in turns)
+    ep_status = Counter(e.status for e in episodes)
+    n_turns = max(1, len(turns))
+    return {
+        "episodes": len(episodes),
+        "turns": len(turns),
+        "outcome_mean": float(np.mean(outcomes)) if outcomes else None,
+        "success_rate": float(np.mean([o > 0 for o in outcomes])) if outcomes else None,
+        "status_counts": dict(statuses),
+        "episode_status_counts": dict(ep_status),
+        "infra_error_rate": statuses.get("infra_error", 0) / n_turns,
+        "timeout_rate": statuses.get("timeout", 0) / n_turns,
+        "turns_per_episode": len(turns) / max(1, len(episodes)),
+        "response_tokens": sum(len(t.response_ids) for t in turns),
+        "policy_versions": sorted({t.policy_version for t in turns}),
+    }
+
+
+async def run_loop(
+    runner: Runner,
+    cfg: LoopConfig,
+    runlog: RunLog,
+    trainer: Trainer | None = None,
+    evaluator: Evaluator | None = None,
+    pending_scores: Callable[[], Awaitable[None]] | None = None,
+    start_step: int = 0,
+    policy_version: int = 0,
+) -> list[dict[str, Any]]:
+    """Run steps [start_step, cfg.steps); returns the metrics rows written."""
+    task_ids = await runner.task_ids()
+    rows: list[dict[str, Any]] = []
+
+    async def rollouts(step: int) -> tuple[list[Episode], float]:
+        t0 = time.monotonic()
+        return await runner.run(make_jobs(task_ids, step, cfg)), time.monotonic() - t0
+
+    nxt: asyncio.Task | None = asyncio.create_task(rollouts(start_step)) if start_step < cfg.steps else None
+    try:
+        for step in range(start_step, cfg.steps):
+            assert nxt is not None
+            episodes, t_roll = await nxt
+            nxt = None
+            t0 = time.monotonic()
+            if pending_scores is not None:
+                await pending_scores()  # the judge votes of this step's turns
+            t_score_wait = time.monotonic() - t0
+            if trainer is not None and cfg.max_staleness >= 1 and step + 1 < cfg.steps:
+                nxt = asyncio.create_task(rollouts(step + 1))  # serve on while this step trains
+            turns = [t for e in episodes for t in e.turns]
+            row: dict[str, Any] = {"step": step}
+            row.update(rollout_metrics(episodes))
+            t1 = time.monotonic()
+            if trainer is not None:
+                out = await trainer(step, turns)
+                row.update(out.metrics)
+                policy_version = out.policy_version
+            else:
+                row.setdefault("reward_mean", row["outcome_mean"])
+            t_train = time.monotonic() - t1
+            if evaluator is not None:
+                row.update(await evaluator(step))
+            row["policy_version"] = policy_version
+            row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train}
+            row["throughput"] = {"turns_per_s": row["turns"] / max(t_roll, 1e-9),
+                                 "tokens_per_s": row["response_tokens"] / max(t_roll, 1e-9)}
+            for key in ("reward_mean", "prm_score_mean", "opd_accept_rate"):
+                row.setdefault(key, None)
+            runlog.turns(turns)
+            runlog.metrics(row)
+            rows.append(row)
+            if nxt is None and step + 1 < cfg.steps:
+                nxt = asyncio.create_task(rollouts(step + 1))
+    finally:
+        if nxt is not None and not nxt.done():
+            nxt.cancel()
+            await asyncio.gather(nxt, return_exceptions=True)
+    return rows

@@ -1,0 +1,58 @@
+"""The run directory: config.yaml, metrics.jsonl, turns.jsonl, checkpoints/ (DESIGN.md section 2).
+
+Logs are appended, never truncated (the original truncated them at every batch). Each turn
+line holds the sampler's exact ids and log-probs; the chat messages a prompt was rendered from
+are left out (the ids are the record).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from agent.turn import Turn
+
+_TURN_FIELDS_LEFT_OUT = ("messages", "tools")
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):
+        return _clean(x.item())
+    return x
+
+
+class RunLog:
+    def __init__(self, run_dir: str | Path) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.dir / "metrics.jsonl"
+        self.turns_path = self.dir / "turns.jsonl"
+        self.checkpoints = self.dir / "checkpoints"
+
+    def write_config(self, yaml_text: str) -> None:
+        (self.dir / "config.yaml").write_text(yaml_text)
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(_clean(row)) + "\n")
+
+    def turns(self, turns: Iterable[Turn]) -> None:
+        with self.turns_path.open("a") as f:
+            for t in turns:
+                d = t.to_json()
+                for k in _TURN_FIELDS_LEFT_OUT:
+                    d.pop(k, None)
+                f.write(json.dumps(_clean(d), ensure_ascii=False) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]

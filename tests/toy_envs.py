@@ -1,0 +1,55 @@
+"""Small envs defined for the tests: they exercise the runner, the learner and `env=custom`."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from envs.base import AgentEnv, NextState, Status, StepResult, Task
+
+
+class CountdownEnv(AgentEnv):
+    """Say N, N-1, ..., 1, one number per turn. Multi-turn with a known oracle; tasks "n2".."n5"."""
+
+    def __init__(self, max_turns: int = 6, hang_s: float = 0.0) -> None:
+        super().__init__(max_turns=max_turns)
+        self.hang_s = hang_s
+        self.closed = False
+
+    def task_ids(self) -> list[str]:
+        return [f"n{k}" for k in range(2, 6)]
+
+    def load_task(self, task_id: str) -> Task:
+        n = int(task_id[1:])
+        return Task(task_id, f"Count down from {n} to 1, one number per message.", oracle=[str(k) for k in range(n, 0, -1)], answer=n)
+
+    def _start(self, task: Task) -> None:
+        self.expect = int(task.answer)
+
+    def _act(self, action: str) -> StepResult:
+        if "hang" in action:
+            time.sleep(self.hang_s)
+        if "crash" in action:
+            raise RuntimeError("the toy env's machinery broke")
+        if action.strip() != str(self.expect):
+            return StepResult(NextState("user", f"No, say {self.expect}.", "user_reply", {"verdict": -1, "hint": f"The next number is {self.expect}."}),
+                              done=True, outcome=-1.0)
+        self.expect -= 1
+        if self.expect == 0:
+            return StepResult(NextState("user", "Done, thanks!", "user_reply", {"verdict": 1}), done=True, outcome=1.0)
+        return StepResult(NextState("user", "Good, go on.", "user_reply", {"verdict": 1}))
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        return str(int(rng.integers(0, 6)))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class InfraFailEnv(CountdownEnv):
+    """Reports an infrastructure failure on its second turn (as a dead sandbox would)."""
+
+    def _act(self, action: str) -> StepResult:
+        if self.turn == 1:
+            return StepResult(NextState("tool", "sandbox died", "shell", {}), status=Status.INFRA_ERROR)
+        return super()._act(action)
