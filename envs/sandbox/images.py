@@ -1,0 +1,268 @@
+"""Sandbox images built without a registry, tagged by the content hash of their recipe.
+
+The base is a root file system made by `mmdebstrap` from the mirror in this machine's own apt
+sources, then `docker import`ed; every other image is a `docker build --network none` layer on
+it (see images/README.md). A tag is `openclaw/<name>:<hash>`: a changed recipe gets a new tag
+and is built, an unchanged one is found and reused.
+
+CLI: `python -m envs.sandbox.images build [NAME...]` | `list`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import glob
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+
+from envs.sandbox.engine import client
+
+RECIPES = Path(__file__).resolve().parents[2] / "images"
+REPO = "openclaw"
+HASH_LEN = 12
+BUILD_TIMEOUT_S = 1800
+
+
+class ImageError(RuntimeError):
+    """An image cannot be found or built (with the reason and what to do)."""
+
+
+def _log(msg: str) -> None:
+    print(f"[images] {msg}", file=sys.stderr, flush=True)
+
+
+def recipe_hash(context_dir: str | os.PathLike, *extra: str) -> str:
+    """Content hash of every file under `context_dir` (path, mode bit x, bytes) plus `extra`."""
+    root = Path(context_dir)
+    h = hashlib.sha256()
+    for s in extra:
+        h.update(s.encode() + b"\0")
+    for p in sorted(q for q in root.rglob("*") if q.is_file()):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        h.update(b"x" if os.access(p, os.X_OK) else b"-")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()[:HASH_LEN]
+
+
+def image_exists(tag: str) -> bool:
+    try:
+        client().images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.DockerException as e:
+        raise ImageError(f"Docker engine error while looking up {tag}: {e}") from e
+
+
+@contextlib.contextmanager
+def _build_lock(timeout_s: float = BUILD_TIMEOUT_S):
+    """One build at a time on this host (two runs starting together build once)."""
+    path = Path(tempfile.gettempdir()) / "openclaw-images.lock"
+    with open(path, "a") as f:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ImageError(f"another image build held {path} for {timeout_s:.0f} s")
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# --- apt sources of this machine ---------------------------------------------------------------
+
+def apt_sources(root: str = "/etc/apt") -> list[str]:
+    """This machine's `deb` entries as one-line sources (deb822 .sources and .list files)."""
+    lines: list[str] = []
+    for path in sorted(glob.glob(f"{root}/sources.list.d/*.sources")):
+        for para in Path(path).read_text().split("\n\n"):
+            fields: dict[str, str] = {}
+            key = None
+            for raw in para.splitlines():
+                if raw.startswith("#") or not raw.strip():
+                    continue
+                if raw[0] in " \t" and key:  # continuation line
+                    fields[key] += "\n" + raw.strip()
+                    continue
+                key, _, value = raw.partition(":")
+                key = key.strip().lower()
+                fields[key] = value.strip()
+            if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes") == "no":
+                continue
+            opt = ""
+            signed = fields.get("signed-by", "")
+            if signed.startswith("/"):
+                opt = f"[signed-by={signed}] "
+            for uri in fields.get("uris", "").split():
+                for suite in fields.get("suites", "").split():
+                    lines.append(f"deb {opt}{uri} {suite} {fields.get('components', 'main')}".strip())
+    for path in [f"{root}/sources.list", *sorted(glob.glob(f"{root}/sources.list.d/*.list"))]:
+        if os.path.exists(path):
+            for raw in Path(path).read_text().splitlines():
+                raw = raw.split("#", 1)[0].strip()
+                if raw.startswith("deb "):
+                    lines.append(raw)
+    return lines
+
+
+def _suite(entry: str) -> str:
+    words = entry.split()
+    if len(words) > 1 and words[1].startswith("["):  # skip the [options] block
+        while not words[1].endswith("]"):
+            words.pop(1)
+        words.pop(1)
+    return words[2]
+
+
+# --- builds ------------------------------------------------------------------------------------
+
+def base_tag() -> str:
+    """The tag the base image has for the current recipe and this machine's Debian suite."""
+    sources = apt_sources()
+    suite = _suite(sources[0]) if sources else "unknown"
+    return f"{REPO}/base:{recipe_hash(RECIPES / 'base', suite)}"
+
+
+def _build_base(tag: str) -> None:
+    if os.geteuid() != 0:
+        raise ImageError(f"{tag} is missing and building it needs root (run scripts/setup.sh as root)")
+    if not shutil.which("mmdebstrap"):
+        raise ImageError(f"{tag} is missing and building it needs Debian's mmdebstrap (scripts/setup.sh)")
+    sources = apt_sources()
+    if not sources:
+        raise ImageError("no `deb` entry in /etc/apt/sources.list{,.d}: cannot tell which mirror to use")
+    recipe = RECIPES / "base"
+    pkgs = [ln.split("#")[0].strip() for ln in (recipe / "packages.txt").read_text().splitlines()]
+    pkgs = [p for p in pkgs if p]
+    with tempfile.TemporaryDirectory(prefix="openclaw-rootfs-") as tmp:
+        tar = os.path.join(tmp, "rootfs.tar")
+        cmd = [
+            "mmdebstrap", "--variant=minbase", "--mode=root", "--format=tar",
+            f"--include={','.join(pkgs)}",
+            f"--customize-hook=chroot \"$1\" /bin/sh -s < {shlex.quote(str(recipe / 'customize.sh'))}",
+            _suite(sources[0]), tar, *sources,
+        ]
+        _log(f"mmdebstrap {_suite(sources[0])} from {', '.join(s.split()[-3] for s in sources)}")
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired as e:
+            raise ImageError(f"mmdebstrap took over {BUILD_TIMEOUT_S} s") from e
+        if proc.returncode != 0:
+            raise ImageError(f"mmdebstrap failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        _log(f"root file system in {time.monotonic() - t0:.0f} s; docker import as {tag}")
+        repo, _, version = tag.rpartition(":")
+        client().api.import_image(
+            src=tar, repository=repo, tag=version,
+            changes=[
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "ENV LANG=C.UTF-8",
+                "WORKDIR /home/agent",
+                'CMD ["sleep", "infinity"]',
+                f"LABEL openclaw.recipe={tag}",
+            ],
+        )
+    if not image_exists(tag):
+        raise ImageError(f"docker import did not produce {tag}")
+
+
+def build_image(context_dir: str | os.PathLike, base: str | None = None, name: str | None = None) -> str:
+    """Build (or find) a layer on `base` from `context_dir`, whose Dockerfile starts with
+    `ARG BASE` / `FROM ${BASE}`; built with no network. Returns its tag `openclaw/<name>:<hash>`."""
+    ctx = Path(context_dir).resolve()
+    if not (ctx / "Dockerfile").is_file():
+        raise ImageError(f"{ctx} has no Dockerfile")
+    base = base or ensure_image("base")
+    name = name or ctx.name
+    tag = f"{REPO}/{name}:{recipe_hash(ctx, base)}"
+    if image_exists(tag):
+        return tag
+    with _build_lock():
+        if image_exists(tag):
+            return tag
+        _log(f"docker build --network none {ctx} -> {tag}")
+        try:
+            client().images.build(
+                path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none",
+                rm=True, forcerm=True, labels={"openclaw.recipe": tag}, timeout=BUILD_TIMEOUT_S,
+            )
+        except docker.errors.BuildError as e:
+            tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-3000:]
+            raise ImageError(f"docker build of {tag} failed: {e.msg}\n{tail}") from e
+        except docker.errors.DockerException as e:
+            raise ImageError(f"docker build of {tag} failed: {e}") from e
+        _drop_stale(tag)
+    return tag
+
+
+def ensure_image(name: str = "sandbox") -> str:
+    """The tag of image `name` (a folder of images/), built first if its recipe changed."""
+    if name == "base":
+        tag = base_tag()
+        if not image_exists(tag):
+            with _build_lock():
+                if not image_exists(tag):
+                    _build_base(tag)
+                    _drop_stale(tag)
+        return tag
+    ctx = RECIPES / name
+    if not (ctx / "Dockerfile").is_file():
+        known = ", ".join(recipe_names())
+        raise ImageError(f"no image recipe {name!r} (images/{name}/Dockerfile); known: base, {known}")
+    return build_image(ctx, name=name)
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.parent.name for p in RECIPES.glob("*/Dockerfile"))
+
+
+def _drop_stale(tag: str) -> None:
+    """Untag older builds of the same image (ones a container still uses stay)."""
+    repo = tag.rpartition(":")[0]
+    for img in client().images.list(name=repo):
+        for old in img.tags:
+            if old.startswith(repo + ":") and old != tag:
+                with contextlib.suppress(docker.errors.APIError):
+                    client().images.remove(old, noprune=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m envs.sandbox.images")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build (or find) base and the named images (default: all)")
+    b.add_argument("names", nargs="*")
+    sub.add_parser("list", help="print each recipe's current tag and whether it is built")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            for name in ["base", *(args.names or recipe_names())]:
+                t0 = time.monotonic()
+                print(f"{name}: {ensure_image(name)} ({time.monotonic() - t0:.1f} s)", flush=True)
+        else:
+            print(f"base: {base_tag()} built={image_exists(base_tag())}")
+            for name in recipe_names():
+                tag = f"{REPO}/{name}:{recipe_hash(RECIPES / name, base_tag())}"
+                print(f"{name}: {tag} built={image_exists(tag)}")
+    except ImageError as e:
+        print(f"[images] {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
