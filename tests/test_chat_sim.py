@@ -197,6 +197,9 @@ def test_gsm8k_file_problems(tmp_path):
         prompt, _ = env.reset(options={"task_id": tid})
         assert "How many apples?" in prompt
         assert env.step(env.oracle_action())[2]
+    as_list = tmp_path / "GSM8K.json"
+    as_list.write_text(json.dumps([json.loads(line) for line in path.read_text().splitlines()]))
+    assert [p.question for p in from_jsonl(as_list, "heldout")] == [p.question for p in held]
     tasks = env.held_out_tasks()
     assert [t.task_id for t in tasks] == ["student/gsm-4", "teacher/gsm-4"]
     assert env.personalization_score(tasks[0], tasks[0].oracle[0]) == 1.0
@@ -211,6 +214,13 @@ def test_bad_problem_file_gets_a_clear_message(tmp_path):
     bad.write_text("not json\n")
     with pytest.raises(ValueError, match="not a GSM8K-style record"):
         ChatSimEnv(problems=bad)
+    bad.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1: not a GSM8K-style record"):
+        ChatSimEnv(problems=bad)
+    bad_list = tmp_path / "bad.json"
+    bad_list.write_text('{"question": "q"}')
+    with pytest.raises(ValueError, match="holds a list of records"):
+        ChatSimEnv(problems=bad_list)
     with pytest.raises(ValueError, match="cannot read problems file"):
         ChatSimEnv(problems=tmp_path / "none.jsonl")
     with pytest.raises(KeyError, match="unknown chat_sim task"):

@@ -3,7 +3,7 @@
 Every problem has a ground-truth answer, worked steps (what the oracle explains) and a student's
 submission (what the teacher persona grades; right or wrong, seeded). Training and held-out sets
 are disjoint: generated ones come from different seeds with shared questions removed; a file is
-split by line index (every fifth line, index % 5 == 4, is held out).
+split by record index (every fifth record, index % 5 == 4, is held out).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 SPLITS = ("train", "heldout")
 TRAIN_SEED, HELDOUT_SEED = 0, 1_000_003
@@ -159,28 +159,48 @@ def generated(split: str = "train", n: int = 200, n_heldout: int = 40) -> list[P
 _CALC = re.compile(r"<<[^>]*>>")
 
 
+def _records(path: Path) -> list[tuple[int, Any]]:
+    """(1-based position, parsed record) pairs from a JSONL file or a .json list (GSM8K.json)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"cannot read problems file {path}: {e}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json problems file holds a list of records")
+        return list(enumerate(data, 1))
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append((n, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a GSM8K-style record ({e})") from None
+    return out
+
+
 def from_jsonl(path: str | Path, split: str = "train") -> list[Problem]:
-    """GSM8K-style lines: {"question", "answer": "steps...\\n#### 42"}; optional "student_work" and
-    "student_answer" (otherwise a submission is made up, seeded by the line index)."""
+    """GSM8K-style records (JSONL lines, or a .json list): {"question", "answer": "steps...\n####
+    42"}; optional "student_work" and "student_answer" (otherwise a submission is made up, seeded
+    by the record's index). Record i is held out when i % 5 == 4."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ValueError(f"cannot read problems file {path}: {e}") from None
     out = []
-    for i, line in enumerate(lines):
-        if not line.strip() or (i % 5 == 4) != (split == "heldout"):
+    for i, (n, rec) in enumerate(_records(path)):
+        if (i % 5 == 4) != (split == "heldout"):
             continue
         try:
-            rec = json.loads(line)
             question, full = str(rec["question"]), str(rec["answer"])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}:{i + 1}: not a GSM8K-style record ({e})") from None
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{n}: not a GSM8K-style record (missing {e})") from None
         body, sep, final = full.rpartition("####")
         if not sep or not final.strip():
-            raise ValueError(f"{path}:{i + 1}: answer has no '#### <number>' line")
+            raise ValueError(f"{path}:{n}: answer has no '#### <number>' line")
         answer = final.strip().replace(",", "")
         steps = [s.strip() for s in _CALC.sub("", body).splitlines() if s.strip()]
         if "student_answer" in rec:
