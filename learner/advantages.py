@@ -1,0 +1,219 @@
+"""Scored turns -> training samples, one per turn, per mode (DESIGN.md "Modes and loss").
+
+outcome     A = (o - mean) / std of the episode outcomes in the task group, broadcast over every
+            token of every turn of the episode; a group whose outcomes are all equal drops out.
+binary      A = PRM score in {-1, 0, +1} (group of one, not normalised); score 0 -> loss mask 0.
+            At least one turn per session (episode) is kept: when no turn of an episode has a
+            nonzero score, its first turn (lowest step index) whose next state has content is
+            given mask 1 with advantage 0 (the paper's rule: it counts in the batch, it moves
+            nothing but the KL term).
+opd         A_t = teacher_logp_t - old_logp_t; turns without an accepted hint are dropped.
+combine     A_t = w_opd (teacher_logp_t - old_logp_t) + w_rl r, by the paper's four cases:
+            hint and r = +-1 -> both terms; hint, r = 0 -> OPD term only; no hint, r = +-1 -> RL
+            term only (teacher := old, so the OPD term is 0); neither -> dropped.
+integrated  R = o + coef * mean(valid PRM votes), z-scored per (task group, step index) bucket;
+            a bucket whose values are all equal drops out. A singleton bucket (only one episode
+            of the group reached that step) has no peer to compare with, so it is z-scored
+            against all step rewards of its task group instead (the paper keeps the raw value,
+            which puts those steps on another scale); dropped if that pool is constant too.
+
+`old_logp` is the rollout log-prob. Std is the sample std (n - 1), as GRPO's. Turns with status
+infra_error or timeout leave the batch and every group statistic; so do turns without an
+outcome in the outcome-based modes (an episode ended by an infra failure has none).
+"""
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any, Iterable
+
+from agent.turn import Turn
+from learner.parsing import mean_vote
+from learner.samples import Sample
+from learner.scorer import is_infra
+
+MODES = ("outcome", "binary", "opd", "combine", "integrated")
+EPS = 1e-6
+
+
+def zscores(values: list[float]) -> list[float] | None:
+    """(v - mean) / sample std; None when there are fewer than two values or all are equal."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    if std < EPS:
+        return None
+    return [(v - mean) / std for v in values]
+
+
+def _trainable(turn: Turn) -> str | None:
+    """Why a turn cannot become a sample (None when it can)."""
+    if not turn.response_ids:
+        return "empty_response"
+    if len(turn.rollout_logprobs) != len(turn.response_ids):
+        return "bad_logprobs"
+    return None
+
+
+def _sample(turn: Turn, advantages: list[float], mask: list[int], mode: str) -> Sample:
+    meta = {
+        "episode_id": turn.episode_id,
+        "task_id": turn.task_id,
+        "group_id": turn.group_id,
+        "step_index": turn.step_index,
+        "policy_version": turn.policy_version,
+        "mode": mode,
+    }
+    return Sample(list(turn.prompt_ids), list(turn.response_ids), [float(x) for x in turn.rollout_logprobs], advantages, mask, meta)
+
+
+def _broadcast(turn: Turn, value: float, mode: str, mask: int = 1) -> Sample:
+    n = len(turn.response_ids)
+    return _sample(turn, [float(value)] * n, [mask] * n, mode)
+
+
+def _teacher_term(turn: Turn) -> list[float] | None:
+    """teacher_logp - old_logp per token, or None when the turn has no accepted hint."""
+    opd = turn.opd or {}
+    teacher = opd.get("teacher_logprobs")
+    if not opd.get("accepted") or teacher is None or len(teacher) != len(turn.response_ids):
+        return None
+    return [float(t) - float(o) for t, o in zip(teacher, turn.rollout_logprobs)]
+
+
+def _prm_score(turn: Turn) -> int:
+    return int((turn.prm or {}).get("score") or 0)
+
+
+def _has_next_state(turn: Turn) -> bool:
+    ns = turn.next_state
+    return ns is not None and bool(ns.content or ns.data)
+
+
+def build_samples(
+    turns: Iterable[Turn],
+    mode: str,
+    w_opd: float = 1.0,
+    w_rl: float = 1.0,
+    prm_coef: float = 1.0,
+) -> tuple[list[Sample], dict[str, Any]]:
+    """Samples for `mode` and the figures to log (counts, rates, signal means)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown training mode {mode!r}; choose one of {MODES}")
+    turns = list(turns)
+    status_counts = collections.Counter(t.status for t in turns)
+    eligible = [t for t in turns if not is_infra(t.status)]
+    dropped: collections.Counter[str] = collections.Counter()
+    samples: list[Sample] = []
+
+    def emit(turn: Turn, make) -> None:
+        why = _trainable(turn)
+        if why:
+            dropped[why] += 1
+        else:
+            samples.append(make())
+
+    if mode in ("outcome", "integrated"):
+        with_outcome = [t for t in eligible if t.outcome is not None]
+        if len(with_outcome) < len(eligible):
+            dropped["no_outcome"] += len(eligible) - len(with_outcome)
+        if mode == "outcome":
+            _outcome(with_outcome, emit, dropped)
+        else:
+            _integrated(with_outcome, prm_coef, emit, dropped)
+    elif mode == "binary":
+        _binary(eligible, emit)
+    else:
+        for t in eligible:
+            term = _teacher_term(t)
+            r = _prm_score(t) if mode == "combine" else 0
+            if term is None and r == 0:
+                dropped["no_hint" if mode == "opd" else "no_signal"] += 1
+                continue
+            if term is None:
+                term = [0.0] * len(t.response_ids)
+            adv = [w_opd * x + w_rl * r for x in term] if mode == "combine" else term
+            emit(t, lambda t=t, adv=adv: _sample(t, adv, [1] * len(t.response_ids), mode))
+
+    return samples, _stats(turns, eligible, samples, dropped, status_counts)
+
+
+def _outcome(turns: list[Turn], emit, dropped: collections.Counter) -> None:
+    groups: dict[str, dict[str, list[Turn]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for t in turns:
+        groups[t.group_id][t.episode_id].append(t)
+    for episodes in groups.values():
+        eps = list(episodes.values())
+        z = zscores([float(e[0].outcome) for e in eps])
+        if z is None:
+            dropped["constant_group"] += sum(len(e) for e in eps)
+            continue
+        for e, a in zip(eps, z):
+            for t in e:
+                emit(t, lambda t=t, a=a: _broadcast(t, a, "outcome"))
+
+
+def _integrated(turns: list[Turn], coef: float, emit, dropped: collections.Counter) -> None:
+    reward = {id(t): float(t.outcome) + coef * mean_vote((t.prm or {}).get("votes") or []) for t in turns}
+    groups: dict[str, list[Turn]] = collections.defaultdict(list)
+    for t in turns:
+        groups[t.group_id].append(t)
+    for group in groups.values():
+        buckets: dict[int, list[Turn]] = collections.defaultdict(list)
+        for t in group:
+            buckets[t.step_index].append(t)
+        pooled = zscores([reward[id(t)] for t in group])
+        pooled_by_turn = {id(t): z for t, z in zip(group, pooled or [])}
+        for bucket in buckets.values():
+            if len(bucket) == 1:
+                if pooled is None:
+                    dropped["singleton_bucket"] += 1
+                    continue
+                z = [pooled_by_turn[id(bucket[0])]]
+            else:
+                z = zscores([reward[id(t)] for t in bucket])
+                if z is None:
+                    dropped["constant_bucket"] += len(bucket)
+                    continue
+            for t, a in zip(bucket, z):
+                emit(t, lambda t=t, a=a: _broadcast(t, a, "integrated"))
+
+
+def _binary(turns: list[Turn], emit) -> None:
+    sessions: dict[str, list[Turn]] = collections.defaultdict(list)
+    for t in turns:
+        sessions[t.episode_id].append(t)
+    for session in sessions.values():
+        session.sort(key=lambda t: t.step_index)
+        keep = None
+        if all(_prm_score(t) == 0 or _trainable(t) for t in session):
+            keep = next((t for t in session if _has_next_state(t) and not _trainable(t)), None)
+        for t in session:
+            r = _prm_score(t)
+            emit(t, lambda t=t, r=r: _broadcast(t, r, "binary", mask=int(r != 0 or t is keep)))
+
+
+def _stats(turns: list[Turn], eligible: list[Turn], samples: list[Sample], dropped: collections.Counter, status_counts: collections.Counter) -> dict[str, Any]:
+    n = len(turns)
+    infra = n - len(eligible)
+    prm_scores = [t.prm["score"] for t in eligible if t.prm and "score" in t.prm]
+    opd = [t.opd for t in eligible if t.opd]
+    tokens = [(a, m) for s in samples for a, m in zip(s.advantages, s.loss_mask) if m]
+    return {
+        "turns": n,
+        "status_counts": dict(status_counts),
+        "infra_excluded": infra,
+        "infra_rate": infra / n if n else 0.0,
+        "timeout_rate": status_counts.get("timeout", 0) / n if n else 0.0,
+        "samples": len(samples),
+        "samples_training": sum(1 for s in samples if s.trains),
+        "samples_masked": sum(1 for s in samples if not s.trains),
+        "dropped": sum(dropped.values()),
+        "dropped_by_reason": dict(dropped),
+        "prm_score_mean": sum(prm_scores) / len(prm_scores) if prm_scores else None,
+        "opd_accept_rate": sum(1 for o in opd if o.get("accepted")) / len(opd) if opd else None,
+        "advantage_mean": sum(a for a, _ in tokens) / len(tokens) if tokens else None,
+        "advantage_abs_mean": sum(abs(a) for a, _ in tokens) / len(tokens) if tokens else None,
+        "loss_tokens": len(tokens),
+    }

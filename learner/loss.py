@@ -1,0 +1,87 @@
+"""The policy loss: PPO clip with asymmetric bounds, optional k3 KL to a reference, token-mean
+per sample then mean over samples (every sample weighs the same whatever its length).
+
+Tensors are flat over the response tokens of a micro-batch (no padding): `sample_index[i]` says
+which sample token i belongs to. `n_samples` is the number of samples in the whole batch
+(fully masked ones included, as in the paper), so the micro-batch losses add up to the batch
+loss and their gradients can be accumulated.
+"""
+from __future__ import annotations
+
+import torch
+
+EPS_LOW = 0.2
+EPS_HIGH = 0.28
+_MAX_LOG_RATIO = 20.0  # exp() of more than this overflows nothing useful; clamp for safety
+
+
+def logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(target) per row of `logits` [N, V] (in float32), and the entropy per row if asked."""
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = torch.softmax(logits, dim=-1)
+            entropy = lse - (probs * logits).sum(-1)
+    return logp, entropy
+
+
+def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || ref): e^(ref - logp) - 1 - (ref - logp) (>= 0)."""
+    d = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return torch.exp(d) - 1 - d
+
+
+def ppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    sample_index: torch.Tensor,
+    n_samples: int,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(loss, stats). Per token: max(-r A, -clip(r, 1 - eps_low, 1 + eps_high) A) + kl_coef k3.
+    Stats are means over the masked tokens of this call (plus `tokens`, their count)."""
+    mask = mask.to(logprobs.dtype)
+    log_ratio = (logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    unclipped = -ratio * advantages
+    clipped = -ratio.clamp(1 - eps_low, 1 + eps_high) * advantages
+    per_token = torch.maximum(unclipped, clipped)
+    kl = None
+    if ref_logprobs is not None:
+        kl = k3(logprobs, ref_logprobs)
+        if kl_coef:
+            per_token = per_token + kl_coef * kl
+    n_local = int(sample_index.max()) + 1 if sample_index.numel() else 0
+    sums = torch.zeros(n_local, dtype=per_token.dtype, device=per_token.device).index_add(0, sample_index, per_token * mask)
+    counts = torch.zeros(n_local, dtype=per_token.dtype, device=per_token.device).index_add(0, sample_index, mask)
+    loss = (sums / counts.clamp(min=1)).sum() / max(n_samples, 1)
+
+    with torch.no_grad():
+        tokens = float(mask.sum())
+        denom = max(tokens, 1.0)
+
+        def mean(x: torch.Tensor) -> float:
+            return float((x * mask).sum() / denom)
+
+        is_clipped = ((advantages > 0) & (ratio > 1 + eps_high)) | ((advantages < 0) & (ratio < 1 - eps_low))
+        stats = {
+            "pg_loss": mean(torch.maximum(unclipped, clipped)),
+            "clip_frac": mean(is_clipped.to(mask.dtype)),
+            "approx_kl": mean(k3(logprobs, old_logprobs)),  # KL(pi || pi_old), k3 estimate
+            "ratio_mean": mean(ratio),
+            "tokens": tokens,
+        }
+        if kl is not None:
+            stats["ref_kl"] = mean(kl)
+        if entropy is not None:
+            stats["entropy"] = mean(entropy)
+    return loss, stats

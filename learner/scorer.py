@@ -1,0 +1,134 @@
+"""The next-state scorer: fills `turn.prm` (evaluative signal) and `turn.opd` (directive signal).
+
+    turn.prm = {"votes": [1, -1, None], "score": majority, "texts": [judge answers]}
+    turn.opd = {"votes": [1, None], "hints": [...], "texts": [...], "hint": best, "accepted": bool,
+                "teacher_logprobs": [...] (only when accepted)}
+
+Which signals a mode needs: binary and integrated use PRM votes; opd uses hints and the
+teacher; combine uses both; outcome and eval use neither.
+
+The teacher is whichever `PolicyClient` is passed: a client of a frozen engine holding the
+initial weights (the paper's code: its PRM engine is never updated) gives teacher = "frozen";
+the policy's own client, which follows every weight update, gives teacher = "current". The
+teacher scores the sampled response ids under the turn's messages with the hint appended to the
+last user message, re-rendered with the chat template and the same tools. With an empty hint
+the teacher scores the turn's own prompt ids, so for teacher = current the OPD advantage is 0.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable, Protocol
+
+from agent.policy.base import PolicyClient
+from agent.turn import Turn
+from envs.base import Status
+from learner.judges import Judge, Vote
+from learner.parsing import majority_vote, select_hint
+from learner.prompts import messages_with_hint
+
+#: modes -> (needs PRM votes, needs hints + teacher)
+MODE_SIGNALS: dict[str, tuple[bool, bool]] = {
+    "eval": (False, False),
+    "outcome": (False, False),
+    "binary": (True, False),
+    "integrated": (True, False),
+    "opd": (False, True),
+    "combine": (True, True),
+}
+
+
+class PromptRenderer(Protocol):
+    def render_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]: ...
+
+
+def is_infra(status: str) -> bool:
+    """True for turns that failed through no fault of the agent (never scored or trained on)."""
+    try:
+        return Status(status).is_infra
+    except ValueError:
+        return False
+
+
+class NextStateScorer:
+    def __init__(
+        self,
+        judge: Judge,
+        teacher: PolicyClient | None,
+        renderer: PromptRenderer | None,
+        m: int | None = None,
+        mode: str = "combine",
+        teacher_timeout_s: float = 300.0,
+    ) -> None:
+        if mode not in MODE_SIGNALS:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {sorted(MODE_SIGNALS)}")
+        self.use_prm, self.use_opd = MODE_SIGNALS[mode]
+        if self.use_opd and (teacher is None or renderer is None):
+            raise ValueError(f"mode {mode!r} needs a teacher client and a chat renderer")
+        self.judge = judge
+        self.teacher = teacher
+        self.renderer = renderer
+        self.m = m
+        self.mode = mode
+        self.teacher_timeout_s = teacher_timeout_s
+
+    async def score(self, turn: Turn) -> Turn:
+        """Fill turn.prm / turn.opd as the mode needs. Infra-failed turns are left unscored."""
+        if is_infra(turn.status):
+            return turn
+        prm, opd = await asyncio.gather(self._prm(turn), self._opd(turn))
+        if prm is not None:
+            turn.prm = prm
+        if opd is not None:
+            turn.opd = opd
+        return turn
+
+    async def score_many(self, turns: Iterable[Turn], concurrency: int = 16) -> list[Turn]:
+        """Score turns with at most `concurrency` in flight."""
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(t: Turn) -> Turn:
+            async with sem:
+                return await self.score(t)
+
+        return list(await asyncio.gather(*(one(t) for t in turns)))
+
+    async def _prm(self, turn: Turn) -> dict[str, Any] | None:
+        if not self.use_prm:
+            return None
+        votes = await self.judge.prm_votes(turn, self.m)
+        scores = [v.score for v in votes]
+        return {"votes": scores, "score": majority_vote(scores), "texts": [v.text for v in votes]}
+
+    async def _opd(self, turn: Turn) -> dict[str, Any] | None:
+        if not self.use_opd:
+            return None
+        votes: list[Vote] = await self.judge.hint_votes(turn, self.m)
+        hint, accepted = select_hint([(v.score, v.hint) for v in votes])
+        opd: dict[str, Any] = {
+            "votes": [v.score for v in votes],
+            "hints": [v.hint for v in votes],
+            "texts": [v.text for v in votes],
+            "hint": hint,
+            "accepted": accepted,
+        }
+        if accepted:
+            try:
+                opd["teacher_logprobs"] = await self.teacher_logprobs(turn, hint)
+            except Exception as e:  # no teacher signal for this turn; the rest goes on
+                opd["accepted"] = False
+                opd["error"] = f"teacher: {type(e).__name__}: {e}"
+        return opd
+
+    async def teacher_logprobs(self, turn: Turn, hint: str) -> list[float]:
+        """Log-probs of turn.response_ids under the hint-conditioned prompt (the turn's own
+        prompt ids when the hint is empty)."""
+        assert self.teacher is not None and self.renderer is not None
+        if hint:
+            prompt = self.renderer.render_prompt(messages_with_hint(turn.messages, hint), turn.tools or None)
+        else:
+            prompt = list(turn.prompt_ids)
+        ids = prompt + list(turn.response_ids)
+        lps = await asyncio.wait_for(self.teacher.score(ids, len(prompt)), timeout=self.teacher_timeout_s)
+        if len(lps) != len(turn.response_ids):
+            raise ValueError(f"teacher returned {len(lps)} log-probs for {len(turn.response_ids)} response tokens")
+        return [float(x) for x in lps]

@@ -1,0 +1,236 @@
+"""The torch learner (`learner=torch`): a Hugging Face causal LM trained with AdamW on samples.
+
+One `train_step` = one optimizer step over the whole batch: samples are packed into
+micro-batches of at most `max_tokens_per_micro_batch` padded tokens, each micro-batch's loss is
+backpropagated (gradient accumulation), then the gradient is clipped and AdamW steps. The loss is
+normalised by the batch's sample count, so the accumulated gradient is the gradient of the
+batch loss whatever the packing. Fully masked samples count in that denominator but are not
+computed.
+
+Only the hidden states of loss tokens go through the LM head (multi-turn prompts are long, and
+their logits would be thrown away). Parameters and optimizer state are float32; `bf16=True`
+runs forward and backward under bfloat16 autocast (it helps on GPUs and on CPUs with bf16
+units). A frozen reference model is loaded only when kl_coef > 0.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agent.policy.models import load_model, save_model
+from learner.loss import EPS_HIGH, EPS_LOW, logprobs_and_entropy, ppo_loss
+from learner.samples import Sample
+
+
+def micro_batches(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
+    """Pack samples (longest first) so that each batch's padded size (count x longest) stays
+    within `max_tokens`; a sample longer than the budget gets a batch of its own."""
+    out: list[list[Sample]] = []
+    cur: list[Sample] = []
+    for s in sorted(samples, key=lambda s: s.n_tokens, reverse=True):
+        if cur and (len(cur) + 1) * cur[0].n_tokens > max_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(s)
+    if cur:
+        out.append(cur)
+    return out
+
+
+class _Batch:
+    """A padded micro-batch plus the flat positions of its loss tokens."""
+
+    def __init__(self, samples: list[Sample], device: torch.device, pad_id: int) -> None:
+        width = max(s.n_tokens for s in samples)
+        ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+        attn = torch.zeros((len(samples), width), dtype=torch.long)
+        rows, cols, old, adv, sidx = [], [], [], [], []
+        for b, s in enumerate(samples):
+            seq = s.prompt_ids + s.response_ids
+            ids[b, : len(seq)] = torch.tensor(seq)
+            attn[b, : len(seq)] = 1
+            p = len(s.prompt_ids)
+            for j, m in enumerate(s.loss_mask):
+                if m:
+                    rows.append(b)
+                    cols.append(p + j - 1)  # the hidden state that predicts response token j
+                    old.append(s.old_logprobs[j])
+                    adv.append(s.advantages[j])
+                    sidx.append(b)
+        self.ids, self.attn = ids.to(device), attn.to(device)
+        self.rows = torch.tensor(rows, dtype=torch.long, device=device)
+        self.cols = torch.tensor(cols, dtype=torch.long, device=device)
+        self.targets = self.ids[self.rows, self.cols + 1]
+        self.old = torch.tensor(old, dtype=torch.float32, device=device)
+        self.adv = torch.tensor(adv, dtype=torch.float32, device=device)
+        self.sample_index = torch.tensor(sidx, dtype=torch.long, device=device)
+        self.n_tokens = int(attn.sum())
+
+
+class TorchLearner:
+    def __init__(
+        self,
+        model_name_or_path: str,
+        lr: float = 1e-5,
+        betas: tuple[float, float] = (0.9, 0.98),
+        weight_decay: float = 0.1,
+        max_tokens_per_micro_batch: int = 8192,
+        bf16: bool = False,
+        gradient_checkpointing: bool = False,
+        kl_coef: float = 0.0,
+        eps_low: float = EPS_LOW,
+        eps_high: float = EPS_HIGH,
+        max_grad_norm: float | None = 1.0,
+        seed: int = 0,
+        device: str | None = None,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model, self.tokenizer = load_model(model_name_or_path, dtype="float32", seed=seed)
+        _check_plain_head(self.model)
+        self.model.to(self.device).train()
+        self.model.config.use_cache = False
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.ref_model = None
+        if kl_coef > 0:
+            self.ref_model, _ = load_model(model_name_or_path, dtype="bfloat16" if bf16 else "float32", seed=seed)
+            self.ref_model.to(self.device).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.max_tokens = int(max_tokens_per_micro_batch)
+        self.bf16 = bf16
+        self.kl_coef = kl_coef
+        self.eps_low, self.eps_high = eps_low, eps_high
+        self.max_grad_norm = max_grad_norm
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.step = 0
+
+    # ---- forward -------------------------------------------------------------------------
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def _loss_logits(self, model: torch.nn.Module, batch: _Batch) -> torch.Tensor:
+        hidden = model.base_model(input_ids=batch.ids, attention_mask=batch.attn).last_hidden_state
+        return model.get_output_embeddings()(hidden[batch.rows, batch.cols])
+
+    @torch.no_grad()
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """Current-policy log-probs of each sample's loss tokens (in loss-mask order)."""
+        out: list[list[float]] = []
+        self.model.eval()
+        try:
+            for s in samples:
+                batch = _Batch([s], self.device, self.pad_id)
+                with self._autocast():
+                    logits = self._loss_logits(self.model, batch)
+                out.append(logprobs_and_entropy(logits, batch.targets)[0].tolist())
+        finally:
+            self.model.train()
+        return out
+
+    # ---- training ------------------------------------------------------------------------
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        """One optimizer step on `samples`; returns the step's figures."""
+        for s in samples:
+            if not s.prompt_ids:
+                raise ValueError("a sample needs at least one prompt token (the first response token is predicted from it)")
+        t0 = time.perf_counter()
+        training = [s for s in samples if s.trains]
+        if not training:
+            return {"skipped": 1.0, "samples": float(len(samples))}
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss, weighted, loss_tokens, tokens = 0.0, {}, 0.0, 0
+        batches = micro_batches(training, self.max_tokens)
+        for group in batches:
+            batch = _Batch(group, self.device, self.pad_id)
+            with self._autocast():
+                logits = self._loss_logits(self.model, batch)
+                ref = None
+                if self.ref_model is not None:
+                    with torch.no_grad():
+                        ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
+            logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
+            loss, stats = ppo_loss(
+                logp, batch.old, batch.adv, torch.ones_like(logp), batch.sample_index, len(samples),
+                self.eps_low, self.eps_high, ref, self.kl_coef, entropy,
+            )
+            loss.backward()
+            total_loss += float(loss.detach())
+            n = stats.pop("tokens")
+            loss_tokens += n
+            tokens += batch.n_tokens
+            for k, v in stats.items():
+                weighted[k] = weighted.get(k, 0.0) + v * n
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.max_grad_norm if self.max_grad_norm is not None else float("inf")
+        )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        elapsed = time.perf_counter() - t0
+        metrics = {k: v / max(loss_tokens, 1.0) for k, v in weighted.items()}
+        metrics.update(
+            loss=total_loss,
+            grad_norm=float(grad_norm),
+            tokens=float(tokens),
+            loss_tokens=loss_tokens,
+            samples=float(len(samples)),
+            micro_batches=float(len(batches)),
+            time_s=elapsed,
+            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
+        )
+        return metrics
+
+    # ---- weights and checkpoints ---------------------------------------------------------
+    def save_weights(self, path: str | os.PathLike) -> Path:
+        """An HF folder (safetensors + tokenizer) the engine loads via /update_weights_from_disk."""
+        save_model(self.model, self.tokenizer, path)
+        return Path(path)
+
+    def save_checkpoint(self, directory: str | os.PathLike, step: int, policy_version: int) -> Path:
+        """Weights, optimizer state, RNG state and counters, written atomically to `directory`."""
+        final = Path(directory)
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.save_weights(tmp / "model")
+        torch.save({"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}, tmp / "optimizer.pt")
+        (tmp / "learner.json").write_text(json.dumps({"step": step, "policy_version": policy_version, "learner_step": self.step}))
+        if final.exists():
+            old = final.with_name(final.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+        return final
+
+    def load_checkpoint(self, directory: str | os.PathLike) -> dict[str, Any]:
+        """Restore what save_checkpoint wrote; returns {"step", "policy_version"}."""
+        d = Path(directory)
+        if not (d / "learner.json").is_file():
+            raise FileNotFoundError(f"no learner checkpoint in {d}")
+        saved, _ = load_model(str(d / "model"), dtype="float32")
+        self.model.load_state_dict(saved.state_dict())
+        del saved
+        state = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        info = json.loads((d / "learner.json").read_text())
+        self.step = int(info["learner_step"])
+        return {"step": int(info["step"]), "policy_version": int(info["policy_version"])}
+
+
+def _check_plain_head(model: torch.nn.Module) -> None:
+    """The loss-token shortcut applies the output embedding to hidden states directly; models
+    whose head also scales or soft-caps logits would get wrong log-probs."""
+    cfg = model.config
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0):
+        raise ValueError(f"{type(model).__name__} scales or soft-caps its logits; the torch learner does not support it")
