@@ -32,6 +32,7 @@ CASES = [
     ("must_include_any", {"words": ["great", "well done"]}, "This is wrong.", "Well done, nearly there."),
     ("min_words", {"words": 5}, "too short", "this one has exactly five words"),
     ("max_words", {"words": 3}, "one two three four", "one two three"),
+    ("max_words", {"words": 3}, "20/2 is 10 ok", "it's 10, ok"),
     ("casual_voice", {}, "Therefore, it's 5 so yes.", "ok so it's just 5, that's it."),
     ("casual_voice", {}, "The result equals five.", "it's 5, that's it."),
     ("must_be_correct", {"where": "last"}, "1200 is wrong, it's 1100", "first 100, then 1,200"),

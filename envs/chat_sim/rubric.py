@@ -143,7 +143,10 @@ def _max_words(text, p, ctx):
 
 
 def _fix_max_words(text, p, ctx):
-    return " ".join(text.split()[: int(p.get("words", 10**9))])
+    found, n = list(WORD.finditer(text)), max(0, int(p.get("words", 10**9)))
+    if len(found) <= n:
+        return text
+    return text[: found[n - 1].end()] if n else ""
 
 
 def _casual(text, p, ctx):
