@@ -1,0 +1,392 @@
+"""The embedded engine: a transformers causal LM served in-process with continuous batching.
+
+One worker thread owns the model. Each loop it (1) swaps weights when an update is pending and
+no sequence is running, (2) prefills newly arrived requests one by one (no padding inside a
+prefill) and merges their KV caches into the running batch, left-padding the shorter side with
+masked zeros, (3) runs one decode step for every running sequence, (4) drops finished sequences
+from the batch. Requests that arrive while a step runs join at the next step.
+
+Log-probs: every reported log-prob is log_softmax of the model's raw logits, i.e. under the
+temperature-1, unfiltered distribution, whatever temperature/top-p/top-k were used to sample.
+That is what a teacher-forced forward pass (the learner's old log-probs) computes.
+
+Weight updates drain: while an update is pending, new requests wait; running sequences finish on
+the old weights; then the weights are swapped and the version bumped. So each result was sampled
+by exactly one version, and nothing is lost or refused.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import queue
+import threading
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import DynamicCache
+
+from agent.policy.base import GenerateResult, SamplingParams
+from agent.policy.models import load_model
+
+log = logging.getLogger(__name__)
+
+
+class EngineClosed(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Request:
+    """One /generate call. `logprob_start` follows SGLang's logprob_start_len: input log-probs
+    cover input_ids[logprob_start:], the first entry None (-1 or None: no input log-probs)."""
+
+    input_ids: list[int]
+    sampling: SamplingParams
+    ignore_eos: bool = False
+    logprob_start: int | None = None
+
+
+@dataclasses.dataclass
+class Output:
+    output_ids: list[int]
+    output_logprobs: list[float]
+    input_logprobs: list[float | None]
+    finish_reason: str  # "stop" | "length"
+    matched: int | None  # the stop token that ended it
+    prompt_tokens: int
+    weight_version: int
+
+
+@dataclasses.dataclass
+class _Seq:
+    """A request in flight inside the worker."""
+
+    req: Request
+    future: concurrent.futures.Future
+    stop_ids: frozenset[int]
+    max_new: int
+    generator: torch.Generator | None
+    out_ids: list[int] = dataclasses.field(default_factory=list)
+    out_lps: list[float] = dataclasses.field(default_factory=list)
+    in_lps: list[float | None] = dataclasses.field(default_factory=list)
+    n_ctx: int = 0  # real tokens in this sequence's KV cache (its next position id)
+    done: str = ""
+    matched: int | None = None
+    cancelled: bool = False
+
+
+@dataclasses.dataclass
+class _Swap:
+    state_dict: dict[str, torch.Tensor]
+    version: int | None
+    future: concurrent.futures.Future
+
+
+class Engine:
+    """In-process PolicyClient over a transformers model (see the module docstring)."""
+
+    def __init__(self, model_name_or_path: str = "tiny", dtype: str = "auto", device: str = "cpu",
+                 max_batch: int = 32, seed: int = 0, idle_wait_s: float = 0.05) -> None:
+        model, tokenizer = load_model(model_name_or_path, dtype=dtype, seed=seed)
+        self.model = model.to(device)
+        self.tokenizer = tokenizer
+        self.model_path = model_name_or_path
+        self.device = torch.device(device)
+        self.max_batch = max_batch
+        self.weight_version = 0
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self._rng = torch.Generator().manual_seed(seed)
+        self._pending: queue.Queue[_Seq | _Swap] = queue.Queue()
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._idle_wait_s = idle_wait_s
+        self._thread = threading.Thread(target=self._loop, name="engine-worker", daemon=True)
+        self._thread.start()
+
+    # ---- public API (async, mirrors agent.policy.base.PolicyClient) ----
+
+    async def generate(self, input_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+        out = await self.run(Request(list(input_ids), sampling))
+        return GenerateResult(out.output_ids, out.output_logprobs, out.finish_reason, out.weight_version,
+                              self.decode(out.output_ids))
+
+    async def score(self, input_ids: list[int], start: int) -> list[float]:
+        if not 1 <= start <= len(input_ids):
+            raise ValueError(f"score: start must be in [1, {len(input_ids)}], got {start}")
+        out = await self.run(Request(list(input_ids), SamplingParams(max_new_tokens=0), logprob_start=start - 1))
+        return [float(x) for x in out.input_logprobs[1:]]
+
+    async def update_weights(self, model_path: str, weight_version: int | None = None) -> int:
+        state = await asyncio.to_thread(self._read_weights, model_path)
+        return await asyncio.wrap_future(self._submit(_Swap(state, weight_version, concurrent.futures.Future())))
+
+    async def health(self) -> bool:
+        return self._thread.is_alive() and not self._closed.is_set()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    async def run(self, req: Request) -> Output:
+        """Validate and queue one request; awaits its result (cancelling drops it from the batch)."""
+        seq = self._make_seq(req)
+        try:
+            return await asyncio.wrap_future(self._submit(seq))
+        except asyncio.CancelledError:
+            seq.cancelled = True  # the worker drops it at the next step
+            raise
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of sampled ids; invalid UTF-8 (byte soup) becomes U+FFFD, never an error."""
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the worker; queued and running requests fail with EngineClosed."""
+        self._closed.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        self._fail_pending()
+
+    # ---- request intake ----
+
+    def _make_seq(self, req: Request) -> _Seq:
+        ids, sp = req.input_ids, req.sampling
+        if not ids:
+            raise ValueError("input_ids is empty")
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+        if len(ids) >= self.max_positions:
+            raise ValueError(f"prompt has {len(ids)} tokens; the model's context is {self.max_positions}")
+        if sp.max_new_tokens < 0 or sp.temperature < 0 or not 0 < sp.top_p <= 1:
+            raise ValueError("need max_new_tokens >= 0, temperature >= 0, 0 < top_p <= 1")
+        if req.logprob_start is not None and not -1 <= req.logprob_start < len(ids):
+            raise ValueError(f"logprob_start_len must be in [-1, {len(ids) - 1}], got {req.logprob_start}")
+        stop = set(sp.stop_token_ids) | (set() if req.ignore_eos else set(self.eos_ids))
+        gen = torch.Generator().manual_seed(sp.seed) if sp.seed is not None else None
+        max_new = min(sp.max_new_tokens, self.max_positions - len(ids))
+        return _Seq(req, concurrent.futures.Future(), frozenset(stop), max_new, gen)
+
+    def _submit(self, item: _Seq | _Swap) -> concurrent.futures.Future:
+        if self._closed.is_set():
+            raise EngineClosed("engine is closed")
+        self._pending.put(item)
+        self._wake.set()
+        if self._closed.is_set():  # closed while we queued: nobody waits forever
+            self._fail_pending()
+        return item.future
+
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                item = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            _resolve(item.future, error=EngineClosed("engine is closed"))
+
+    def _read_weights(self, model_path: str) -> dict[str, torch.Tensor]:
+        files = sorted(Path(model_path).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no *.safetensors files in {model_path}")
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        own = self.model.state_dict()
+        unexpected = sorted(set(state) - set(own))
+        loaded_ptrs = {own[k].data_ptr() for k in state if k in own}
+        missing = sorted(k for k in set(own) - set(state) if own[k].data_ptr() not in loaded_ptrs)  # tied weights are fine
+        wrong = sorted(k for k in state if k in own and state[k].shape != own[k].shape)
+        if unexpected or missing or wrong:
+            raise ValueError(f"weights in {model_path} do not fit the served model: unexpected {unexpected[:3]}, "
+                             f"missing {missing[:3]}, wrong shape {wrong[:3]}")
+        return state
+
+    # ---- worker ----
+
+    def _loop(self) -> None:
+        running: list[_Seq] = []
+        waiting: list[_Seq] = []
+        swaps: list[_Swap] = []
+        cache: DynamicCache | None = None
+        mask: torch.Tensor | None = None  # [B, T]: 1 = real token, 0 = left padding
+        with torch.inference_mode():
+            while not self._closed.is_set():
+                while not self._pending.empty():
+                    item = self._pending.get_nowait()
+                    (swaps if isinstance(item, _Swap) else waiting).append(item)
+                if swaps and not running:  # drained: apply every queued update in order
+                    for swap in swaps:
+                        self._swap(swap)
+                    swaps = []
+                while not swaps and waiting and len(running) < self.max_batch:
+                    seq = waiting.pop(0)
+                    if not seq.future.set_running_or_notify_cancel():
+                        continue  # cancelled while queued
+                    try:
+                        kv = self._prefill(seq)
+                    except Exception as e:  # a bad request fails alone
+                        log.exception("prefill failed")
+                        _resolve(seq.future, error=e)
+                        continue
+                    if seq.done:
+                        self._finish(seq)
+                    else:
+                        cache, mask = _merge(cache, mask, kv, seq.n_ctx)
+                        running.append(seq)
+                if not running:
+                    self._wake.wait(self._idle_wait_s)
+                    self._wake.clear()
+                    continue
+                try:
+                    mask = self._decode_step(running, cache, mask)
+                except Exception as e:
+                    log.exception("decode step failed")
+                    for s in running:
+                        _resolve(s.future, error=e)
+                    running, cache, mask = [], None, None
+                    continue
+                for s in running:
+                    if s.done:
+                        self._finish(s)
+                keep = [i for i, s in enumerate(running) if not (s.done or s.cancelled)]
+                if len(keep) < len(running):
+                    running = [running[i] for i in keep]
+                    cache, mask = _select(cache, mask, keep)
+        closed = EngineClosed("engine is closed")
+        for item in running + waiting + swaps:
+            _resolve(item.future, error=closed)
+        self._fail_pending()
+
+    def _swap(self, swap: _Swap) -> None:
+        try:
+            self.model.load_state_dict(swap.state_dict, strict=False)
+            self.weight_version = swap.version if swap.version is not None else self.weight_version + 1
+            _resolve(swap.future, self.weight_version)
+        except Exception as e:
+            _resolve(swap.future, error=e)
+
+    def _forward(self, ids: list[list[int]], cache: DynamicCache, mask: torch.Tensor, pos: torch.Tensor,
+                 keep: int) -> torch.Tensor:
+        dev = self.device
+        out = self.model(input_ids=torch.tensor(ids, device=dev), attention_mask=mask.to(dev),
+                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True, logits_to_keep=keep)
+        return out.logits.float().cpu()
+
+    def _prefill(self, seq: _Seq) -> DynamicCache:
+        """Forward the whole prompt alone; fill input log-probs if asked; sample the first token."""
+        ids, start = seq.req.input_ids, seq.req.logprob_start
+        n = len(ids)
+        want_input = start is not None and start >= 0
+        cache = DynamicCache(config=self.model.config)
+        mask = torch.ones(1, n, dtype=torch.long)
+        logits = self._forward([ids], cache, mask, torch.arange(n)[None], n - start if want_input else 1)[0]
+        if want_input:  # logits[k] is at position start+k and predicts ids[start+k+1]
+            lps = torch.log_softmax(logits[:-1], dim=-1).gather(-1, torch.tensor(ids[start + 1:])[:, None])
+            seq.in_lps = [None, *lps[:, 0].tolist()]
+        seq.n_ctx = n
+        if seq.max_new == 0:
+            seq.done = "length"
+        else:
+            self._sample([seq], logits[-1:])
+        return cache
+
+    def _decode_step(self, running: list[_Seq], cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+        """One token for every running sequence; returns the grown mask."""
+        mask = torch.cat([mask, mask.new_ones(len(running), 1)], dim=1)
+        pos = torch.tensor([[s.n_ctx] for s in running])
+        logits = self._forward([[s.out_ids[-1]] for s in running], cache, mask, pos, 1)[:, -1]
+        for s in running:
+            s.n_ctx += 1
+        self._sample(running, logits)
+        return mask
+
+    def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
+        """Sample one token per row; record its raw (temperature-1) log-prob."""
+        logprobs = torch.log_softmax(logits, dim=-1)
+        for i, s in enumerate(seqs):
+            sp = s.req.sampling
+            if sp.temperature == 0:
+                tok = int(torch.argmax(logits[i]))
+            else:
+                probs = torch.softmax(_filter(logits[i] / sp.temperature, sp.top_k, sp.top_p), dim=-1)
+                tok = int(torch.multinomial(probs, 1, generator=s.generator or self._rng))
+            s.out_ids.append(tok)
+            s.out_lps.append(float(logprobs[i, tok]))
+            if tok in s.stop_ids:
+                s.done, s.matched = "stop", tok
+            elif len(s.out_ids) >= s.max_new:
+                s.done = "length"
+
+    def _finish(self, seq: _Seq) -> None:
+        _resolve(seq.future, Output(seq.out_ids, seq.out_lps, seq.in_lps, seq.done, seq.matched,
+                                    len(seq.req.input_ids), self.weight_version))
+
+
+def _resolve(fut: concurrent.futures.Future, result=None, error: BaseException | None = None) -> None:
+    """Set a future's outcome unless its caller already gave up on it."""
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask all but the top-k tokens and the smallest set whose probability reaches top_p."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        drop = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep up to and incl. the crossing token
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+    return logits
+
+
+def _merge(cache: DynamicCache | None, mask: torch.Tensor | None, new: DynamicCache,
+           n_new: int) -> tuple[DynamicCache, torch.Tensor]:
+    """Append one freshly prefilled sequence to the running batch, left-padding whichever side is shorter."""
+    new_mask = torch.ones(1, n_new, dtype=torch.long)
+    if cache is None:
+        return new, new_mask
+    t_old, t_new = mask.shape[1], n_new
+    t = max(t_old, t_new)
+    for old_layer, new_layer in zip(cache.layers, new.layers):
+        old_layer.keys = torch.cat([_lpad(old_layer.keys, t), _lpad(new_layer.keys, t)], dim=0)
+        old_layer.values = torch.cat([_lpad(old_layer.values, t), _lpad(new_layer.values, t)], dim=0)
+    mask = torch.cat([_lpad(mask, t, dim=1), _lpad(new_mask, t, dim=1)], dim=0)
+    return cache, mask
+
+
+def _lpad(x: torch.Tensor, t: int, dim: int = 2) -> torch.Tensor:
+    short = t - x.shape[dim]
+    if short == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = short
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+
+def _select(cache: DynamicCache, mask: torch.Tensor, keep: list[int]) -> tuple[DynamicCache | None, torch.Tensor | None]:
+    """Keep rows `keep`; drop leading columns that are padding in every remaining row."""
+    if not keep:
+        return None, None
+    idx = torch.tensor(keep)
+    mask = mask[idx]
+    lead = int((mask.cumsum(1) == 0).all(0).sum())
+    mask = mask[:, lead:]
+    for layer in cache.layers:
+        layer.keys = layer.keys[idx, :, lead:]
+        layer.values = layer.values[idx, :, lead:]
+    return cache, mask

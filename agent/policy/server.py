@@ -1,0 +1,256 @@
+"""SGLang-compatible HTTP server over the embedded Engine.
+
+Native routes (bodies as SGLang's GenerateReqInput / UpdateWeightFromDiskReqInput):
+POST /generate, POST /update_weights_from_disk, GET /health, GET /get_model_info (+ /model_info).
+OpenAI-compatible: POST /v1/chat/completions (non-streaming), GET /v1/models, so the same engine
+can serve as an LLM judge or a simulated user. Bad bodies get 400 with {"error": {"message"}}.
+
+`python -m agent.policy.server --model tiny --port 30000` runs it standalone.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Literal
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent.policy.base import SamplingParams
+from agent.policy.engine import Engine, EngineClosed, Output
+from agent.policy.engine import Request as EngineRequest
+
+TOP_K_ALL = -1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SGLangSampling(_Strict):
+    """The subset of SGLang's sampling_params the engine implements; anything else is a 400."""
+
+    max_new_tokens: int = Field(128, ge=0)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = TOP_K_ALL
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    sampling_seed: int | None = None
+    n: Literal[1] = 1
+
+
+class GenerateBody(_Strict):
+    text: str | None = None
+    input_ids: list[int] | None = None
+    sampling_params: SGLangSampling = Field(default_factory=SGLangSampling)
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    stream: Literal[False] = False
+    rid: str | None = None
+
+
+class UpdateWeightsBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # SGLang's other knobs (flush_cache, ...) mean nothing here
+    model_path: str
+    weight_version: int | None = None
+
+    @field_validator("weight_version", mode="before")
+    @classmethod
+    def _int_version(cls, v: Any) -> Any:  # SGLang sends versions as strings
+        return int(v) if isinstance(v, str) and v.strip().lstrip("-").isdigit() else v
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # OpenAI clients send many optional fields
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1, le=64)
+    seed: int | None = None
+    stream: Literal[False] = False
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+
+
+def create_app(engine: Engine, served_model_name: str | None = None) -> FastAPI:
+    app = FastAPI(title="openclaw embedded engine (SGLang-compatible)")
+    name = served_model_name or engine.model_path
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = [f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()]
+        return error(400, "invalid request: " + "; ".join(parts))
+
+    @app.exception_handler(ValueError)
+    async def _bad_value(_: Request, exc: ValueError) -> JSONResponse:
+        return error(400, str(exc))
+
+    @app.exception_handler(EngineClosed)
+    async def _closed(_: Request, exc: EngineClosed) -> JSONResponse:
+        return error(503, str(exc))
+
+    @app.post("/generate")
+    async def generate(body: GenerateBody) -> dict[str, Any]:
+        if (body.text is None) == (body.input_ids is None):
+            raise ValueError("give exactly one of `text` or `input_ids`")
+        ids = body.input_ids if body.input_ids is not None else engine.tokenizer(body.text)["input_ids"]
+        sp = body.sampling_params
+        sampling = SamplingParams(max_new_tokens=sp.max_new_tokens, temperature=sp.temperature, top_p=sp.top_p,
+                                  top_k=sp.top_k, stop_token_ids=sp.stop_token_ids or [], seed=sp.sampling_seed)
+        start = body.logprob_start_len if body.return_logprob else -1
+        out = await engine.run(EngineRequest(ids, sampling, ignore_eos=sp.ignore_eos, logprob_start=start))
+        return {"text": engine.decode(out.output_ids, sp.skip_special_tokens), "output_ids": out.output_ids,
+                "meta_info": _meta(out, body.rid, body.return_logprob, ids, start)}
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights(body: UpdateWeightsBody) -> JSONResponse:
+        try:
+            version = await engine.update_weights(body.model_path, body.weight_version)
+        except (OSError, ValueError) as e:
+            return JSONResponse({"success": False, "message": f"{type(e).__name__}: {e}", "num_paused_requests": 0},
+                                status_code=400)
+        engine.model_path = body.model_path
+        return JSONResponse({"success": True, "message": "Succeeded to update model weights.",
+                             "num_paused_requests": 0, "weight_version": str(version)})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({}, status_code=200 if await engine.health() else 503)
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def model_info() -> dict[str, Any]:
+        return {"model_path": engine.model_path, "served_model_name": name, "tokenizer_path": engine.model_path,
+                "is_generation": True, "weight_version": str(engine.weight_version)}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "openclaw"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatBody) -> dict[str, Any]:
+        messages = [{"role": m.role, "content": _text(m.content)} for m in body.messages]
+        ids = _chat_ids(engine, messages)
+        max_new = body.max_completion_tokens or body.max_tokens or engine.max_positions - len(ids)
+        outs = await asyncio.gather(*[
+            engine.run(EngineRequest(ids, SamplingParams(max_new_tokens=max_new, temperature=body.temperature,
+                                                         top_p=body.top_p,
+                                                         seed=None if body.seed is None else body.seed + i)))
+            for i in range(body.n)])
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": name,
+            "choices": [{"index": i, "message": {"role": "assistant", "content": engine.decode(o.output_ids)},
+                         "finish_reason": o.finish_reason, "logprobs": None} for i, o in enumerate(outs)],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": sum(len(o.output_ids) for o in outs),
+                      "total_tokens": len(ids) + sum(len(o.output_ids) for o in outs)},
+        }
+
+    return app
+
+
+def _meta(out: Output, rid: str | None, with_logprobs: bool, ids: list[int], start: int) -> dict[str, Any]:
+    finish: dict[str, Any] = ({"type": "stop", "matched": out.matched} if out.finish_reason == "stop"
+                              else {"type": "length", "length": len(out.output_ids)})
+    meta: dict[str, Any] = {"id": rid or uuid.uuid4().hex, "finish_reason": finish, "prompt_tokens": out.prompt_tokens,
+                            "completion_tokens": len(out.output_ids), "cached_tokens": 0,
+                            "weight_version": str(out.weight_version)}
+    if with_logprobs:
+        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(out.output_logprobs, out.output_ids)]
+        meta["input_token_logprobs"] = ([[lp, t, None] for lp, t in zip(out.input_logprobs, ids[start:])]
+                                        if start >= 0 else [])
+    return meta
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    """OpenAI content may be a list of parts; only text parts mean anything to a text model."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def _chat_ids(engine: Engine, messages: list[dict[str, str]]) -> list[int]:
+    enc = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
+    return list(enc["input_ids"])
+
+
+class ServerHandle:
+    """A uvicorn server in a background thread; `stop()` shuts it down (idempotent)."""
+
+    def __init__(self, server: uvicorn.Server, thread: threading.Thread, url: str) -> None:
+        self._server, self._thread, self.url = server, thread, url
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop()
+
+
+def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
+          served_model_name: str | None = None) -> ServerHandle:
+    """Serve `engine` in a background thread; returns once the server accepts connections."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))  # bind here so port=0 yields the real port before uvicorn starts
+    config = uvicorn.Config(create_app(engine, served_model_name), log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="engine-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise RuntimeError(f"engine HTTP server did not start on {host}:{sock.getsockname()[1]}")
+        time.sleep(0.02)
+    return ServerHandle(server, thread, f"http://{host}:{sock.getsockname()[1]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2", help="tiny, smollm2 or a local HF folder")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=30000)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    engine = Engine(args.model, dtype=args.dtype, device=args.device, max_batch=args.max_batch, seed=args.seed)
+    config = uvicorn.Config(create_app(engine), host=args.host, port=args.port, log_level="info")
+    try:
+        uvicorn.Server(config).run()  # returns on Ctrl-C / SIGTERM
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()
