@@ -1,0 +1,143 @@
+"""The torch learner on the tiny model: log-probs, updates, accumulation, checkpoints, weight sync."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from agent.policy.engine import Engine
+from learner.samples import Sample
+from learner.torch_learner import TorchLearner, micro_batches
+
+
+def batch(seed: int = 0, n: int = 4, adv_sign=(1, -1)) -> list[Sample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p = torch.randint(0, 256, (6 + 2 * i,), generator=g).tolist()
+        r = torch.randint(0, 256, (5,), generator=g).tolist()
+        a = float(adv_sign[i % len(adv_sign)])
+        out.append(Sample(p, r, [0.0] * 5, [a] * 5, [1, 1, 1, 0, 1], {"i": i}))
+    return out
+
+
+def with_current_logprobs(learner: TorchLearner, samples: list[Sample]) -> list[Sample]:
+    """Set old log-probs to the learner's own (an on-policy batch: ratio 1 at the first step)."""
+    for s, lps in zip(samples, learner.logprobs(samples)):
+        it = iter(lps)
+        s.old_logprobs = [next(it) if m else -5.0 for m in s.loss_mask]
+    return samples
+
+
+def full_forward_logprobs(model, s: Sample) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([s.prompt_ids + s.response_ids])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    p = len(s.prompt_ids)
+    return [lp[p + j - 1, t].item() for j, t in enumerate(s.response_ids) if s.loss_mask[j]]
+
+
+def params(learner: TorchLearner) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
+
+
+def test_loss_token_logprobs_match_a_full_forward():
+    learner = TorchLearner("tiny", seed=0)
+    samples = batch()
+    for s, lps in zip(samples, learner.logprobs(samples)):
+        assert lps == pytest.approx(full_forward_logprobs(learner.model, s), abs=1e-5)
+
+
+def test_micro_batches_respect_the_token_budget():
+    samples = batch(n=5)  # 11, 13, 15, 17, 19 tokens
+    groups = micro_batches(samples, max_tokens=40)
+    assert sorted(s.meta["i"] for g in groups for s in g) == [0, 1, 2, 3, 4]
+    assert all(len(g) * max(s.n_tokens for s in g) <= 40 for g in groups)
+    assert micro_batches(samples, max_tokens=5) == [[s] for s in sorted(samples, key=lambda s: -s.n_tokens)]
+
+
+def test_train_step_lowers_the_loss_on_a_fixed_batch():
+    learner = TorchLearner("tiny", lr=1e-3, seed=0)
+    samples = with_current_logprobs(learner, batch())
+    losses = [learner.train_step(samples)["loss"] for _ in range(4)]
+    assert losses[0] == pytest.approx(0.0, abs=1e-6)  # ratio 1, advantages +1/-1 balanced per sample mean
+    assert losses[-1] < losses[0] - 0.1
+    assert all(b <= a + 1e-6 for a, b in zip(losses, losses[1:]))
+    m = learner.train_step(samples)
+    for key in ("loss", "clip_frac", "entropy", "approx_kl", "grad_norm", "tokens", "time_s", "tokens_per_s"):
+        assert key in m
+    assert m["tokens"] == sum(s.n_tokens for s in samples) and m["loss_tokens"] == 16
+    assert m["clip_frac"] > 0 and m["entropy"] > 0
+
+
+def test_gradient_accumulation_matches_one_big_batch():
+    a = TorchLearner("tiny", lr=1e-3, max_tokens_per_micro_batch=10_000, seed=0)
+    b = TorchLearner("tiny", lr=1e-3, max_tokens_per_micro_batch=16, seed=0)
+    samples = with_current_logprobs(a, batch())
+    ma, mb = a.train_step(samples), b.train_step(samples)
+    assert (ma["micro_batches"], mb["micro_batches"]) == (1, 4)
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
+    assert ma["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-4)
+    pa, pb = params(a), params(b)
+    assert all(torch.allclose(pa[k], pb[k], atol=1e-6) for k in pa)
+
+
+def test_masked_samples_count_in_the_denominator():
+    learner = TorchLearner("tiny", lr=0.0, seed=0)
+    samples = with_current_logprobs(learner, batch(adv_sign=(1,)))
+    base = learner.train_step(samples)["loss"]
+    masked = Sample([1, 2], [3, 4], [0.0, 0.0], [1.0, 1.0], [0, 0])
+    assert learner.train_step(samples + [masked])["loss"] == pytest.approx(base * 4 / 5)
+    assert learner.train_step([masked]) == {"skipped": 1.0, "samples": 1.0}
+
+
+def test_reference_model_only_with_kl():
+    assert TorchLearner("tiny", seed=0).ref_model is None
+    learner = TorchLearner("tiny", lr=1e-2, kl_coef=0.1, seed=0)
+    assert learner.ref_model is not None
+    samples = with_current_logprobs(learner, batch())
+    first = learner.train_step(samples)
+    later = [learner.train_step(samples) for _ in range(2)][-1]
+    assert first["ref_kl"] == pytest.approx(0.0, abs=1e-6) and later["ref_kl"] > 0
+
+
+def test_checkpoint_resume_continues_identically(tmp_path):
+    samples = batch()
+    a = TorchLearner("tiny", lr=1e-3, seed=0)
+    with_current_logprobs(a, samples)
+    a.train_step(samples)
+    a.save_checkpoint(tmp_path / "ckpt", step=7, policy_version=3)
+    a.save_checkpoint(tmp_path / "ckpt", step=7, policy_version=3)  # overwriting is safe
+    next_a = a.train_step(samples)
+
+    b = TorchLearner("tiny", lr=1e-3, seed=0)
+    assert b.load_checkpoint(tmp_path / "ckpt") == {"step": 7, "policy_version": 3}
+    assert b.step == 1
+    next_b = b.train_step(samples)
+    assert next_b["loss"] == next_a["loss"] and next_b["grad_norm"] == next_a["grad_norm"]
+    pa, pb = params(a), params(b)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    with pytest.raises(FileNotFoundError):
+        b.load_checkpoint(tmp_path / "nothing")
+
+
+def test_saved_weights_load_into_the_engine(tmp_path):
+    learner = TorchLearner("tiny", lr=1e-2, seed=0)
+    samples = with_current_logprobs(learner, batch())
+    learner.train_step(samples)
+    path = learner.save_weights(tmp_path / "v1")
+    engine = Engine("tiny", dtype="float32", seed=0)
+    try:
+        s = samples[0]
+
+        async def go():
+            version = await engine.update_weights(str(path), 1)
+            return version, await engine.score(s.prompt_ids + s.response_ids, len(s.prompt_ids))
+
+        version, lps = asyncio.run(go())
+    finally:
+        engine.close()
+    assert version == 1
+    expected = learner.logprobs([s])[0]
+    assert [x for x, m in zip(lps, s.loss_mask) if m] == pytest.approx(expected, abs=1e-4)
