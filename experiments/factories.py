@@ -9,14 +9,20 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+import asyncio
+
 import gymnasium
 from omegaconf import DictConfig, OmegaConf
 
 from agent.actors import Actor, ModelActor, OracleActor, RandomActor
 from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
-from agent.rollout import EpisodeJob
+from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv
+from learner.judges import LLMJudge, RulesJudge
+from learner.runlog import RunLog
+from learner.scorer import MODE_SIGNALS, NextStateScorer
+from learner.training import Training
 
 
 class ConfigError(ValueError):
@@ -109,7 +115,7 @@ def build_policy(cfg: DictConfig) -> Policy:
         engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
         server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port))
         client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s))
-        return _model_policy(cfg, name, client, engine.tokenizer, [engine.shutdown, server.stop, client.aclose])
+        return _model_policy(cfg, name, client, engine.tokenizer, [engine.close, server.stop, client.aclose])
     if name == "sglang":
         from agent.policy.sglang_launch import connect_or_launch
 
@@ -127,3 +133,78 @@ def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: A
         make_actor=lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context),
         client=client, renderer=renderer, tokenizer=tokenizer, _close=list(closers),
     )
+
+
+async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog: RunLog) -> Training:
+    mode = str(cfg.mode.name)
+    if policy.client is None or policy.renderer is None:
+        raise ConfigError(f"mode={mode} trains a model: use policy=local or policy=sglang (not {cfg.policy.name})")
+    closers: list = []
+    use_prm, use_opd = MODE_SIGNALS[mode]
+    scorer = None
+    if use_prm or use_opd:
+        judge = _build_judge(cfg, closers)
+        teacher = None
+        if use_opd:
+            teacher = _build_teacher(cfg, policy, closers)
+        scorer = NextStateScorer(judge, teacher, policy.renderer, m=int(cfg.judge.m), mode=mode)
+    learner = await asyncio.to_thread(_build_learner, cfg)
+    m = cfg.mode
+    return Training(mode, policy.client, runner, runlog, scorer, learner, closers,
+                    w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),
+                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume),
+                    max_staleness=int(cfg.learner.get("max_staleness", 1)))
+
+
+def _build_learner(cfg: DictConfig) -> Any:
+    name = str(cfg.learner.name)
+    lc = cfg.learner
+    if name == "torch":
+        from learner.torch_learner import TorchLearner
+
+        return TorchLearner(str(cfg.model.path), lr=float(lc.lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
+                            max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=bool(lc.bf16),
+                            gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
+                            seed=int(cfg.seed))
+    if name == "megatron":
+        from learner.megatron_learner import MegatronLearner
+
+        return MegatronLearner.from_config(cfg)
+    raise ConfigError(f"unknown learner {name!r}; choose torch or megatron")
+
+
+def _build_judge(cfg: DictConfig, closers: list) -> Any:
+    name = str(cfg.judge.name)
+    if name == "rules":
+        return RulesJudge()
+    if name == "llm":
+        from agent.policy.chat_client import ChatClient
+
+        url = cfg.judge.get("url")
+        model = str(cfg.judge.model)
+        if not url:  # an embedded engine on this machine serves the judge
+            from agent.policy.engine import Engine
+            from agent.policy.server import serve
+
+            engine = Engine(model, dtype=str(cfg.model.dtype), seed=int(cfg.seed) + 1)
+            server = serve(engine, host="127.0.0.1", port=0)
+            closers += [engine.close, server.stop]
+            url = server.url
+        client = ChatClient(str(url), model=model, api_key=cfg.judge.get("api_key"), timeout=float(cfg.timeouts.step_s))
+        closers.append(client.aclose)
+        return LLMJudge(client, m=int(cfg.judge.m), temperature=float(cfg.judge.temperature),
+                        max_tokens=int(cfg.judge.max_tokens))
+    raise ConfigError(f"unknown judge {name!r}; choose rules or llm")
+
+
+def _build_teacher(cfg: DictConfig, policy: Policy, closers: list) -> Any:
+    which = str(cfg.mode.get("teacher", "frozen"))
+    if which == "current":
+        return policy.client
+    if which == "frozen":  # the initial weights, never updated (as the paper's PRM engine)
+        from agent.policy.engine import Engine
+
+        engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), seed=int(cfg.seed))
+        closers.append(engine.close)
+        return engine
+    raise ConfigError(f"unknown teacher {which!r}; choose frozen or current")

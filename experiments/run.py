@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from agent.rollout import Runner
-from experiments.factories import ConfigError, build_policy, env_factory
+from experiments.factories import ConfigError, build_policy, build_training, env_factory
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
 
@@ -32,8 +32,6 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
                           group_size=int(cfg.group_size), seed=int(cfg.seed))
     try:
         if cfg.mode.train:
-            from learner.training import build_training
-
             training = await build_training(cfg, policy, runner, runlog)
             return await training.run(loop_cfg)
         return await run_loop(runner, loop_cfg, runlog)
@@ -45,6 +43,11 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore", "uvicorn.access"):  # one line per request drowns the run's own
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     runlog = RunLog(cfg.run_dir)
     runlog.write_config(OmegaConf.to_yaml(cfg, resolve=True))
     log.info("run %s -> %s", cfg.name, runlog.dir)

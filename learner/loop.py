@@ -87,6 +87,7 @@ async def run_loop(
     trainer: Trainer | None = None,
     evaluator: Evaluator | None = None,
     pending_scores: Callable[[], Awaitable[None]] | None = None,
+    after_step: Callable[[int, bool], Awaitable[None]] | None = None,
     start_step: int = 0,
     policy_version: int = 0,
 ) -> list[dict[str, Any]]:
@@ -132,6 +133,8 @@ async def run_loop(
             runlog.turns(turns)
             runlog.metrics(row)
             rows.append(row)
+            if after_step is not None:  # after the metrics, so a resume never repeats a logged step
+                await after_step(step, step + 1 == cfg.steps)
             if nxt is None and step + 1 < cfg.steps:
                 nxt = asyncio.create_task(rollouts(step + 1))
     finally:
