@@ -53,3 +53,24 @@ class InfraFailEnv(CountdownEnv):
         if self.turn == 1:
             return StepResult(NextState("tool", "sandbox died", "shell", {}), status=Status.INFRA_ERROR)
         return super()._act(action)
+
+
+class ChatterEnv(AgentEnv):
+    """Always `max_turns` turns whatever the agent says; next states alternate user and tool
+    roles (multi-turn episodes for token tests). Outcome +1 if any reply contained a digit."""
+
+    def task_ids(self) -> list[str]:
+        return ["chat"]
+
+    def load_task(self, task_id: str) -> Task:
+        return Task(task_id, "Tell me anything.", oracle=["1"] * self.max_turns)
+
+    def _start(self, task: Task) -> None:
+        self.seen_digit = False
+
+    def _act(self, action: str) -> StepResult:
+        self.seen_digit |= any(c.isdigit() for c in action)
+        role = "tool" if self.turn % 2 == 0 else "user"
+        ns = NextState(role, f"turn {self.turn} heard {len(action)} characters", "tool_result" if role == "tool" else "user_reply")
+        last = self.turn + 1 >= self.max_turns
+        return StepResult(ns, done=last, outcome=(1.0 if self.seen_digit else -1.0) if last else None)
