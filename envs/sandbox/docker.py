@@ -1,0 +1,471 @@
+"""Docker backend: one container per sandbox, one long-lived bash in it driven over the exec socket.
+
+The shell's stdin, stdout and stderr travel on one hijacked exec connection (Docker's
+multiplexed stream: an 8-byte header per frame says stdout or stderr); this module reads the
+frames straight off the socket into shell.py's captures, so the persistent-shell protocol (end
+markers, head+tail caps, exit codes) is the same as bubblewrap's, with no pump thread per
+sandbox (at 128 sandboxes the harness must stay near the bare socket loop's rate).
+
+A command past its timeout (or flooding output) is killed by a helper exec that SIGKILLs every
+process of the container started since the command began, except the shell: background jobs of
+earlier commands live on (unless started in the same clock tick, 10 ms, as the killed command). If the shell itself does not answer then (a builtin loop, `exec >f`),
+it is killed and restarted on the next command, whose result says shell_restarted. If even the
+helper cannot run (a fork bomb holds every pid), the container is restarted: files stay.
+
+A container that stops, or a daemon error, raises SandboxError (the env reports infra_error).
+Containers run with no network, the image's non-root user `agent`, an init, every capability
+dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`.
+"""
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import secrets
+import socket
+import tarfile
+import threading
+import time
+from typing import Any, Callable
+
+import docker
+import requests
+
+from envs.sandbox.engine import client
+from envs.sandbox.protocol import ExecResult, Limits, SandboxError
+from envs.sandbox.shell import GRACE_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote
+
+DEFAULT_USER = "agent"
+API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+_RECV = 1 << 18
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Runs inside the container (as the sandbox user) to kill what a command started: every process
+# started at or after the command (clock ticks since boot, shared with the host kernel) except
+# pid 1, the shell (argv[1]; 0 = kill the shell too) and itself. Repeats while it finds any, so
+# children forked during a pass die too.
+_KILL_PY = r"""
+import os, signal, sys
+shell, t0, kill_shell, me = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", os.getpid()
+for _ in range(50):
+    hit = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in (1, me):
+            continue
+        try:
+            st = open(f"/proc/{d}/stat").read()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()  # [0] state, [19] start time
+        pid = int(d)
+        if fields[0] == "Z" or (not kill_shell if pid == shell else int(fields[19]) < t0):
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            hit += 1
+        except OSError:
+            pass
+    if not hit:
+        break
+"""
+
+
+def _boot_ticks() -> int:
+    """Now in the kernel's process start-time unit (floored like /proc/PID/stat's field 22)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK)
+
+
+def create_container(
+    image: str,
+    limits: Limits,
+    labels: dict[str, str],
+    cap_drop: tuple[str, ...] = ("ALL",),
+) -> str:
+    """Create and start a container that idles under `init` (`sleep infinity`); returns its id."""
+    api = client().api
+    host = api.create_host_config(
+        network_mode="bridge" if limits.network else "none",  # the host's one default network
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
+        pids_limit=limits.pids,
+        nano_cpus=int(limits.cpus * 1e9),
+        init=True,
+        cap_drop=list(cap_drop),
+        security_opt=["no-new-privileges"],
+    )
+    try:
+        cid = api.create_container(
+            # The idle holder runs as root (with no capabilities) so the sandbox user cannot kill
+            # it and take the container down; the shell and every exec run as `user`.
+            image, command=["sleep", "infinity"], user="0", labels=labels, host_config=host,
+            network_disabled=not limits.network,
+        )["Id"]
+    except docker.errors.ImageNotFound as e:
+        raise SandboxError(f"image {image} not found: build it with `python -m envs.sandbox.images build`") from e
+    except API_ERRORS as e:
+        raise SandboxError(f"docker create failed: {e}") from e
+    try:
+        api.start(cid)
+    except API_ERRORS as e:
+        remove_container(cid)
+        raise SandboxError(f"docker start failed: {e}") from e
+    return cid
+
+
+def remove_container(cid: str) -> None:
+    """Force-remove a container (gone already is fine)."""
+    try:
+        client().api.remove_container(cid, force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        if "already in progress" not in str(e):
+            raise
+
+
+class DockerSandbox:
+    """A started container with one persistent bash. Not thread-safe across exec calls."""
+
+    def __init__(self, container_id: str, user: str = DEFAULT_USER, workdir: str = "/home/agent",
+                 on_close: Callable[[DockerSandbox], None] | None = None):
+        self.id = container_id
+        self.user = user
+        self.workdir = workdir
+        self._on_close = on_close
+        self._api = client().api
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._exec_id = ""
+        self._shell_pid = 0
+        self._uid = self._gid = 0
+        self._rbuf = bytearray()
+        self._token = ""
+        self._seq = 0
+        self._restarted = False  # the next result must say the shell was restarted
+        self._cmd_t0 = 0  # when the running command began, in clock ticks since boot
+        self._closed = False
+
+    # ---- the shell ---------------------------------------------------------------------------
+    def start_shell(self) -> None:
+        """Open the exec connection and start bash (learning its pid, uid and gid)."""
+        try:
+            self._exec_id = self._api.exec_create(
+                self.id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+                tty=False, user=self.user, workdir=self.workdir,
+            )["Id"]
+            raw = self._api.exec_start(self._exec_id, socket=True)
+        except API_ERRORS as e:
+            raise self._infra_error(f"cannot start the shell: {e}") from e
+        self._sock = getattr(raw, "_sock", raw)  # the plain socket under the SocketIO wrapper
+        self._raw = raw  # keeps the HTTP response (and so the connection) alive
+        self._rbuf.clear()
+        self._token = "__OCM_" + secrets.token_hex(8)
+        self._seq = 0
+        r = self._run_raw("echo $$ $UID $GROUPS", 10.0, 4096, kill=False)
+        try:
+            self._shell_pid, self._uid, self._gid = (int(x) for x in r.stdout.split())
+        except ValueError:
+            raise self._infra_error(f"the shell did not start: {r.stdout[:200]!r} {r.stderr[:200]!r}") from None
+
+    def _close_shell(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+    def idle_ok(self) -> bool:
+        """Cheap check (no API call) that the idle shell's connection is still open."""
+        if self._sock is None or self._closed:
+            return False
+        try:
+            self._sock.setblocking(False)
+            try:
+                data = self._sock.recv(_RECV, socket.MSG_PEEK)
+            finally:
+                self._sock.setblocking(True)
+            return bool(data)  # b"" is EOF; data here is output of background jobs
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    def _infra_error(self, what: str) -> SandboxError:
+        """A SandboxError that says what became of the container."""
+        try:
+            st = self._api.inspect_container(self.id)["State"]
+            if not st.get("Running"):
+                what += f" (container stopped: exit {st.get('ExitCode')}, OOMKilled={st.get('OOMKilled')})"
+        except docker.errors.NotFound:
+            what += " (container is gone)"
+        except API_ERRORS as e:
+            what += f" (daemon error: {e})"
+        return SandboxError(f"sandbox {self.id[:12]}: {what}")
+
+    def _container_running(self) -> bool:
+        try:
+            return bool(self._api.inspect_container(self.id)["State"].get("Running"))
+        except API_ERRORS:
+            return False
+
+    def _kill_command(self, with_shell: bool = False) -> bool:
+        """Kill what the current command started (and the shell too if asked). False if the
+        helper could not run (pids exhausted, container gone)."""
+        t0 = self._cmd_t0
+        try:
+            ex = self._api.exec_create(
+                self.id, ["python3", "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0"],
+                user=self.user, stdout=True, stderr=True,
+            )["Id"]
+            self._api.exec_start(ex)
+            return self._api.exec_inspect(ex).get("ExitCode") == 0
+        except API_ERRORS:
+            return False
+
+    def _run_raw(self, command: str, timeout: float, max_output: int, kill: bool = True) -> RawResult:
+        """One command through the shell: send the framed line, read frames until both markers."""
+        sock = self._sock
+        assert sock is not None
+        self._seq += 1
+        tag = f"{self._token}:{self._seq}:"
+        line = (
+            f"{{ eval {bash_quote(command)}\n}} </dev/null; printf '\\n{tag}%d\\n' \"$?\"; printf '\\n{tag}\\n' >&2\n"
+        ).encode("utf-8", "surrogateescape")
+        out = _Capture(f"\n{tag}".encode(), max_output)
+        err = _Capture(f"\n{tag}\n".encode(), max_output)
+        kill_after = max(16 * max_output, 1 << 20)
+        t0 = time.monotonic()
+        self._cmd_t0 = _boot_ticks()
+        deadline = t0 + timeout
+        killed_at: float | None = None
+        timed_out = output_killed = exited = False
+        buf = self._rbuf
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(line)
+        except OSError:
+            exited = True
+        while not exited:
+            # Whole frames first: header = stream(1) pad(3) size(4, big endian).
+            while len(buf) >= 8:
+                size = int.from_bytes(buf[4:8], "big")
+                if len(buf) < 8 + size:
+                    break
+                cap = out if buf[0] == 1 else err
+                cap.feed(bytes(buf[8:8 + size]))
+                del buf[:8 + size]
+                if killed_at is None and kill and cap.total > kill_after:
+                    output_killed = True
+                    killed_at = time.monotonic()
+                    self._kill_command()
+            if out.end >= 0 and err.end >= 0 and _has_rc(out):
+                break
+            now = time.monotonic()
+            if killed_at is None and now >= deadline:
+                if not kill:
+                    break
+                timed_out = True
+                killed_at = now
+                if not self._kill_command():
+                    break  # the helper cannot even run: restart the container below
+            elif killed_at is not None and now >= killed_at + GRACE_S:
+                break
+            wait = (deadline if killed_at is None else killed_at + GRACE_S) - now
+            try:
+                sock.settimeout(max(wait, 0.001))
+                chunk = sock.recv(_RECV)
+            except socket.timeout:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                exited = True
+                break
+            buf += chunk
+        complete = out.end >= 0 and err.end >= 0 and _has_rc(out)
+        rc: int | None = _exit_code(out) if complete else None
+        if not complete and not exited and kill:
+            self._recover()  # the shell does not answer: kill it (or restart the container)
+        if exited:
+            rc = self._shell_exit_code()
+        if not complete:
+            self._close_shell()
+            self._restarted = True
+        if timed_out or output_killed:
+            rc = None
+        out_b, out_trunc = out.output()
+        err_b, err_trunc = err.output()
+        return RawResult(out_b, err_b, rc, timed_out, out_trunc or err_trunc or output_killed,
+                         output_killed, not complete, time.monotonic() - t0)
+
+    def _shell_exit_code(self) -> int | None:
+        """The shell's connection closed: its exit status if the container lives on, else
+        SandboxError. A shell killed by a signal may be the container going down (the stream
+        closes before the daemon marks it stopped), so that case waits a moment to tell."""
+        for _ in range(20):
+            if not self._container_running():
+                raise self._infra_error("the container stopped during the command")
+            try:
+                rc = self._api.exec_inspect(self._exec_id).get("ExitCode")
+            except API_ERRORS as e:
+                raise self._infra_error(f"daemon error: {e}") from e
+            if rc is not None and rc < 128:
+                return rc  # the command ended the shell (`exit 3`)
+            time.sleep(0.1)
+        return rc
+
+    def _recover(self) -> None:
+        """The shell did not come back after a kill: kill it; failing that, restart the container."""
+        if self._kill_command(with_shell=True):
+            return
+        try:
+            self._api.restart(self.id, timeout=0)
+        except API_ERRORS as e:
+            raise self._infra_error(f"cannot restart the container: {e}") from e
+
+    # ---- Sandbox protocol --------------------------------------------------------------------
+    def exec(self, command: str, timeout: float = 30.0, max_output: int = 64 * 1024,
+             workdir: str | None = None) -> ExecResult:
+        if timeout <= 0 or max_output < 0:
+            raise ValueError("timeout must be > 0 and max_output >= 0")
+        if workdir:  # run there without moving the shell's own cwd (as bubblewrap's does)
+            command = (f'__ocd=$PWD; builtin cd -- {bash_quote(workdir)} && {{ eval {bash_quote(command)}\n}}; '
+                       f'__ocr=$?; builtin cd -- "$__ocd"; (exit $__ocr)')
+        with self._lock:
+            if self._closed:
+                raise SandboxError("sandbox is closed")
+            if self._sock is None:
+                if not self._container_running():
+                    raise self._infra_error("the container is not running")
+                self.start_shell()
+            restarted, self._restarted = self._restarted, False
+            raw = self._run_raw(command, timeout, max(max_output, 1))
+        stderr = raw.stderr.decode("utf-8", "replace")
+        if raw.output_killed:
+            stderr += f"\n[output limit: the command was killed after printing over {max(16 * max_output, 1 << 20)} bytes]"
+        return ExecResult(
+            stdout=raw.stdout.decode("utf-8", "replace"),
+            stderr=stderr,
+            exit_code=raw.exit_code,
+            timed_out=raw.timed_out,
+            truncated=raw.truncated,
+            duration_s=raw.duration_s,
+            shell_restarted=restarted,
+        )
+
+    def _path(self, path: str) -> str:
+        return posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
+
+    def _tarinfo(self, name: str, size: int, mode: int) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = size, mode, int(time.time())
+        info.uid, info.gid = self._uid or 1000, self._gid or 1000  # the sandbox user owns it
+        return info
+
+    def _put(self, dest_dir: str, blob: bytes) -> None:
+        """Unpack a tar into `dest_dir`, creating it (as the sandbox user) if missing."""
+        for attempt in (1, 2):
+            try:
+                self._api.put_archive(self.id, dest_dir, blob)
+                return
+            except docker.errors.NotFound as e:
+                if attempt == 2 or "no such container" in str(e).lower():
+                    raise self._infra_error(f"cannot write into {dest_dir}: {e}") from e
+                self._mkdir(dest_dir)
+            except API_ERRORS as e:
+                raise self._infra_error(f"cannot write into {dest_dir}: {e}") from e
+
+    def _mkdir(self, path: str) -> None:
+        try:
+            ex = self._api.exec_create(self.id, ["mkdir", "-p", "--", path], user=self.user)["Id"]
+            msg = self._api.exec_start(ex)
+            code = self._api.exec_inspect(ex).get("ExitCode")
+        except API_ERRORS as e:
+            raise self._infra_error(f"mkdir {path} failed: {e}") from e
+        if code != 0:
+            raise PermissionError(f"cannot create {path} in the sandbox: {msg.decode(errors='replace').strip()}")
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        blob = data.encode() if isinstance(data, str) else bytes(data)
+        full = self._path(path)
+        parent, name = posixpath.split(full)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.addfile(self._tarinfo(name, len(blob), mode), io.BytesIO(blob))
+        self._put(parent, buf.getvalue())
+
+    def read_file(self, path: str, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        full = self._path(path)
+        try:
+            stream, stat = self._api.get_archive(self.id, full)
+        except docker.errors.NotFound as e:
+            if "no such container" in str(e).lower():
+                raise self._infra_error(f"cannot read {full}: {e}") from e
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from None
+        except API_ERRORS as e:
+            raise self._infra_error(f"cannot read {full}: {e}") from e
+        if stat.get("mode", 0) & (1 << 31):  # Go's os.ModeDir
+            raise IsADirectoryError(f"{path} is a folder in the sandbox")
+        if stat.get("size", 0) > max_bytes:
+            raise ValueError(f"{path} is {stat['size']} bytes, over max_bytes={max_bytes}")
+        blob = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            member = tar.next()
+            f = tar.extractfile(member) if member is not None else None
+            if f is None:
+                raise FileNotFoundError(f"{path} is not a regular file in the sandbox")
+            return f.read(max_bytes)
+
+    def copy_in(self, local_dir: str, dest: str) -> None:
+        if not os.path.isdir(local_dir):
+            raise NotADirectoryError(f"copy_in: {local_dir!r} is not a folder")
+
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid, info.gid = self._uid or 1000, self._gid or 1000
+            info.uname = info.gname = ""
+            return info
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for entry in sorted(os.listdir(local_dir)):
+                tar.add(os.path.join(local_dir, entry), arcname=entry, filter=owned)
+        self._put(self._path(dest), buf.getvalue())
+
+    def is_alive(self) -> bool:
+        return not self._closed and self._container_running()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._close_shell()
+        if self._on_close is not None:
+            self._on_close(self)  # the pool removes the container (in the background)
+        else:
+            try:
+                remove_container(self.id)
+            except API_ERRORS:
+                pass  # the sweeper removes it: it carries this run's labels
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> DockerSandbox:
+    """A sandbox from the warm pool of (image, limits). `image` None is the default `sandbox`
+    image (built first if its recipe changed). opts: pool_size (warm target, default 4), user,
+    deadline_s (how long a container may live before any sweeper removes it), acquire_timeout."""
+    from envs.sandbox import images, pool
+
+    if image is None:
+        try:
+            image = images.ensure_image("sandbox")
+        except images.ImageError as e:
+            raise SandboxError(str(e)) from e
+    acquire_timeout = float(opts.pop("acquire_timeout", 300.0))
+    return pool.get_pool(image, limits, **opts).acquire(timeout=acquire_timeout)

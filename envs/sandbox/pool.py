@@ -1,0 +1,227 @@
+"""Warm pools of ready Docker sandboxes, one per (image, limits, user).
+
+A pool keeps `size` sandboxes ready (container started, shell open) plus one more for each
+caller waiting, filled by a few background threads. Creation is paced process-wide by a
+token bucket and a bound on creations in flight, because dockerd, not the client, is the
+bottleneck (about 7.5 creates/s on the reference machine; past that, calls only queue and time
+out). `acquire` pops a ready sandbox (milliseconds) after a socket check that needs no API
+call; a sandbox is never reused: `close()` hands its container to a background remover and the
+fillers replace it, so no episode sees another's files or processes.
+
+The first pool of a process sweeps what dead runs left and installs the exit cleanup.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from envs.sandbox import sweeper
+from envs.sandbox.docker import API_ERRORS, DEFAULT_USER, DockerSandbox, create_container, remove_container
+from envs.sandbox.engine import client
+from envs.sandbox.protocol import Limits, SandboxError
+
+CREATE_RATE = float(os.environ.get("OPENCLAW_DOCKER_CREATE_RATE", "10"))  # containers/s, process-wide
+CREATE_CONCURRENCY = int(os.environ.get("OPENCLAW_DOCKER_CREATE_CONCURRENCY", "4"))
+FILLERS_PER_POOL = 4
+FAILS_BEFORE_GIVING_UP = 3  # consecutive failed creations before waiters are told why
+
+
+class _RateLimiter:
+    """Token bucket + in-flight bound for container creation (shared by every pool)."""
+
+    def __init__(self, rate: float, concurrency: int):
+        self.rate = rate
+        self.slots = threading.BoundedSemaphore(concurrency)
+        self._lock = threading.Lock()
+        self._next = time.monotonic()
+
+    def __enter__(self) -> None:
+        self.slots.acquire()
+        with self._lock:
+            now = time.monotonic()
+            at = max(now, self._next)
+            self._next = at + 1.0 / self.rate
+        time.sleep(max(0.0, at - now))
+
+    def __exit__(self, *exc: Any) -> None:
+        self.slots.release()
+
+
+_limiter = _RateLimiter(CREATE_RATE, CREATE_CONCURRENCY)
+_remover = ThreadPoolExecutor(4, thread_name_prefix="sandbox-remove")
+_pools: dict[tuple, WarmPool] = {}
+_pools_lock = threading.RLock()  # re-entered by the exit cleanup in a signal handler
+_swept_for_pid = 0
+
+
+class WarmPool:
+    def __init__(self, image: str, limits: Limits, size: int = 4, user: str = DEFAULT_USER,
+                 deadline_s: float = sweeper.DEFAULT_DEADLINE_S, fillers: int = FILLERS_PER_POOL):
+        self.image, self.limits, self.size, self.user = image, limits, max(0, size), user
+        self.deadline_s = deadline_s
+        try:
+            cfg = client().api.inspect_image(image)["Config"]
+        except API_ERRORS as e:
+            raise SandboxError(f"image {image} not found (python -m envs.sandbox.images build): {e}") from e
+        self.workdir = cfg.get("WorkingDir") or "/"
+        self._ready: collections.deque[DockerSandbox] = collections.deque()
+        self._cond = threading.Condition()  # RLock inside: a signal handler may re-enter it
+        self._waiting = 0
+        self._inflight = 0
+        self._leased: set[DockerSandbox] = set()
+        self._fails = 0
+        self._last_error: Exception | None = None
+        self._closed = False
+        self.created = 0
+        self._threads = [threading.Thread(target=self._fill, name=f"sandbox-fill-{i}", daemon=True)
+                         for i in range(fillers)]
+        for t in self._threads:
+            t.start()
+
+    # ---- filling -----------------------------------------------------------------------------
+    def _want(self) -> bool:
+        return len(self._ready) + self._inflight < self.size + self._waiting
+
+    def _fill(self) -> None:
+        backoff = 0.5
+        while True:
+            with self._cond:
+                while not self._closed and not self._want():
+                    self._cond.wait(1.0)
+                if self._closed:
+                    return
+                self._inflight += 1
+            sb = None
+            try:
+                sb = self._create()
+            except Exception as e:  # reported to waiters; the filler goes on after a pause
+                err: Exception | None = e
+            else:
+                err = None
+            with self._cond:
+                self._inflight -= 1
+                if sb is not None and self._closed:
+                    _remover.submit(_quiet_remove, sb.id)
+                elif sb is not None:
+                    self._ready.append(sb)
+                    self._fails, backoff = 0, 0.5
+                else:
+                    self._fails += 1
+                    self._last_error = err
+                self._cond.notify_all()
+            if err is not None:
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _create(self) -> DockerSandbox:
+        with _limiter:
+            if self._closed:
+                raise SandboxError("pool closed")
+            cid = create_container(self.image, self.limits, sweeper.labels(self.deadline_s))
+        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release)
+        try:
+            sb.start_shell()
+        except SandboxError:
+            _remover.submit(_quiet_remove, cid)
+            raise
+        self.created += 1
+        return sb
+
+    # ---- leasing -----------------------------------------------------------------------------
+    def acquire(self, timeout: float = 300.0) -> DockerSandbox:
+        """A ready sandbox: immediate when the pool is warm, else the next one created."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._waiting += 1
+            self._cond.notify_all()
+            try:
+                while True:
+                    if self._closed:
+                        raise SandboxError("the sandbox pool is shut down (the process is exiting)")
+                    while self._ready:
+                        sb = self._ready.popleft()
+                        if sb.idle_ok():
+                            self._leased.add(sb)
+                            self._cond.notify_all()  # a filler replaces it
+                            return sb
+                        _remover.submit(_quiet_remove, sb.id)  # died while idle
+                    if self._fails >= FAILS_BEFORE_GIVING_UP and not self._inflight:
+                        raise SandboxError(f"cannot create sandboxes of {self.image}: {self._last_error}")
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise SandboxError(
+                            f"no sandbox of {self.image} within {timeout:.0f} s "
+                            f"({self._inflight} being created, {len(self._leased)} in use)")
+                    self._cond.wait(min(left, 1.0))
+            finally:
+                self._waiting -= 1
+
+    def _release(self, sb: DockerSandbox) -> None:
+        with self._cond:
+            self._leased.discard(sb)
+        _remover.submit(_quiet_remove, sb.id)
+
+    def stats(self) -> dict[str, int]:
+        with self._cond:
+            return {"ready": len(self._ready), "in_use": len(self._leased), "creating": self._inflight,
+                    "created": self.created, "size": self.size}
+
+    def resize(self, size: int) -> None:
+        with self._cond:
+            self.size = max(0, size)
+            self._cond.notify_all()
+
+    def shutdown(self, wait_s: float = 15.0) -> None:
+        """Stop filling, wait for creations in flight, remove ready and leased containers."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            doomed = [sb.id for sb in self._ready] + [sb.id for sb in self._leased]
+            self._ready.clear()
+        end = time.monotonic() + wait_s
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, end - time.monotonic()))
+        sweeper.remove_many(doomed)
+
+
+def _quiet_remove(cid: str) -> None:
+    try:
+        remove_container(cid)
+    except API_ERRORS:
+        pass  # still labelled with this run: the exit cleanup or the next sweep removes it
+
+
+def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT_USER,
+             deadline_s: float = sweeper.DEFAULT_DEADLINE_S) -> WarmPool:
+    """The process's pool for (image, limits, user), created (and the host swept) on first use;
+    a larger `pool_size` than the pool has grows it."""
+    global _swept_for_pid
+    key = (image, limits, user)
+    with _pools_lock:
+        if _swept_for_pid != os.getpid():
+            _swept_for_pid = os.getpid()
+            _pools.clear()  # a forked child does not own its parent's pools
+            try:
+                sweeper.sweep()
+            except API_ERRORS as e:
+                raise SandboxError(f"Docker engine error: {e}") from e
+            sweeper.install_exit_cleanup()
+            sweeper.on_shutdown(shutdown_all)
+        pool = _pools.get(key)
+        if pool is None or pool._closed:
+            pool = _pools[key] = WarmPool(image, limits, pool_size, user, deadline_s)
+        elif pool_size > pool.size:
+            pool.resize(pool_size)
+        return pool
+
+
+def shutdown_all() -> None:
+    with _pools_lock:
+        pools = list(_pools.values())
+    for p in pools:
+        p.shutdown()

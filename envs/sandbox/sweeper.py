@@ -1,0 +1,166 @@
+"""Who owns a container, and removing what dead runs left and what this run made.
+
+Every container carries labels: the run (a random id per process), the owner's pid, the pid's
+start time (so a reused pid is not mistaken for the owner), the host, and a deadline. `sweep()`
+(run once when a process first opens a pool) removes containers whose owner on this host is
+gone, or whose deadline passed on any host. `install_exit_cleanup()` makes normal exit, SIGINT
+and SIGTERM remove every container this process made, then chains to the previous handlers.
+
+CLI: `python -m envs.sandbox.sweeper [--all]` (--all: every openclaw container, owner alive or not).
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from envs.sandbox.engine import client
+
+L_RUN, L_PID, L_START, L_HOST, L_DEADLINE = (
+    "openclaw.run", "openclaw.pid", "openclaw.pid_start", "openclaw.host", "openclaw.deadline")
+DEFAULT_DEADLINE_S = 24 * 3600.0
+REMOVE_THREADS = 16
+
+_identity: tuple[int, str] | None = None  # (pid, run id): a forked child gets a run of its own
+_shutdown_hooks: list[Callable[[], None]] = []
+_installed_for_pid = 0
+_lock = threading.Lock()
+
+
+def _pid_start(pid: int) -> str:
+    """The process's start time (clock ticks since boot), or "" if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+    except OSError:
+        return ""
+    return st[st.rfind(")") + 2:].split()[19]
+
+
+def run_id() -> str:
+    global _identity
+    if _identity is None or _identity[0] != os.getpid():
+        _identity = (os.getpid(), uuid.uuid4().hex[:12])
+    return _identity[1]
+
+
+def labels(deadline_s: float = DEFAULT_DEADLINE_S) -> dict[str, str]:
+    """The ownership labels for a container this process creates now."""
+    return {
+        L_RUN: run_id(),
+        L_PID: str(os.getpid()),
+        L_START: _pid_start(os.getpid()),
+        L_HOST: socket.gethostname(),
+        L_DEADLINE: f"{time.time() + deadline_s:.0f}",
+    }
+
+
+def _owner_gone(lab: dict[str, str], now: float) -> bool:
+    try:
+        if float(lab.get(L_DEADLINE, "inf")) < now:
+            return True
+    except ValueError:
+        return True
+    if lab.get(L_HOST) != socket.gethostname():
+        return False  # another host's run: only its deadline tells
+    pid = lab.get(L_PID, "")
+    return not pid.isdigit() or _pid_start(int(pid)) != lab.get(L_START)
+
+
+def remove_many(ids: list[str]) -> int:
+    """Force-remove containers concurrently; returns how many went."""
+    from envs.sandbox.docker import API_ERRORS, remove_container
+
+    def one(cid: str) -> bool:
+        try:
+            remove_container(cid)
+            return True
+        except API_ERRORS:
+            return False
+
+    if not ids:
+        return 0
+    with ThreadPoolExecutor(min(REMOVE_THREADS, len(ids))) as ex:
+        return sum(ex.map(one, ids))
+
+
+def _containers(run: str | None = None) -> list[dict[str, Any]]:
+    label = f"{L_RUN}={run}" if run else L_RUN
+    return client().api.containers(all=True, filters={"label": label})
+
+
+def sweep(everything: bool = False) -> list[str]:
+    """Remove containers left by dead runs (or every openclaw container with `everything`,
+    this process's own excepted). Returns the removed ids."""
+    now = time.time()
+    mine = run_id()
+    stale = [
+        c["Id"] for c in _containers()
+        if c["Labels"].get(L_RUN) != mine and (everything or _owner_gone(c["Labels"], now))
+    ]
+    remove_many(stale)
+    return stale
+
+
+def remove_all_mine() -> int:
+    """Stop this process's pools, then remove every container labelled with this run."""
+    for hook in list(_shutdown_hooks):
+        try:
+            hook()
+        except Exception:
+            pass  # cleanup goes on: the containers matter more than a pool's state
+    try:
+        return remove_many([c["Id"] for c in _containers(run_id())])
+    except Exception:
+        return 0  # no engine: nothing of ours can be running
+
+
+def on_shutdown(hook: Callable[[], None]) -> None:
+    """Run `hook` (stop creating containers) before the exit cleanup removes them."""
+    _shutdown_hooks.append(hook)
+
+
+def install_exit_cleanup() -> None:
+    """atexit + SIGINT/SIGTERM handlers that remove this run's containers (once per process)."""
+    global _installed_for_pid
+    with _lock:
+        if _installed_for_pid == os.getpid():
+            return
+        _installed_for_pid = os.getpid()
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and remove_all_mine())
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread; atexit still runs
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+
+        def handler(num: int, frame: Any, previous: Any = previous) -> None:
+            if os.getpid() == owner:
+                remove_all_mine()
+            if callable(previous):
+                previous(num, frame)  # e.g. Python's SIGINT -> KeyboardInterrupt
+            elif previous == signal.SIG_DFL:
+                signal.signal(num, signal.SIG_DFL)
+                os.kill(os.getpid(), num)
+
+        signal.signal(signum, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m envs.sandbox.sweeper")
+    ap.add_argument("--all", action="store_true", help="remove every openclaw container, owner alive or not")
+    args = ap.parse_args(argv)
+    removed = sweep(everything=args.all)
+    print(f"removed {len(removed)} container(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""Crash safety and scale of the Docker backend: what a killed or interrupted run leaves, and
+128 sandboxes at once."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.sandbox.engine import client, engine_available
+from envs.sandbox.protocol import Limits
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.skipif(not engine_available(), reason="no Docker engine answers (scripts/setup.d/10-docker.sh starts one)"),
+]
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = Limits(memory_mb=256, pids=64)
+
+# A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, waits.
+RUNNER = textwrap.dedent("""
+    import sys, time
+    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.protocol import Limits
+    from envs.sandbox.sweeper import run_id
+    n = int(sys.argv[1])
+    held = [open_sandbox(sys.argv[2], Limits(memory_mb=256, pids=64), pool_size=n) for _ in range(n)]
+    assert all(s.exec("echo up").stdout == "up\\n" for s in held)
+    print("READY", run_id(), flush=True)
+    time.sleep(600)
+""")
+
+
+def _containers(run: str) -> list[dict]:
+    return client().api.containers(all=True, filters={"label": f"openclaw.run={run}"})
+
+
+def _start_runner(image: str, n: int) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(n), image], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    timer = threading.Timer(120, proc.kill)  # a runner that never gets ready must not hang the test
+    timer.start()
+    try:
+        line = proc.stdout.readline()
+    finally:
+        timer.cancel()
+    assert line.startswith("READY"), f"runner did not start: {line!r}"
+    return proc, line.split()[1]
+
+
+def _wait_gone(run: str, within: float) -> list[dict]:
+    deadline = time.monotonic() + within
+    while _containers(run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _containers(run)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    from envs.sandbox.images import ensure_image
+
+    return ensure_image("sandbox")
+
+
+def test_sigkill_leaves_containers_that_the_next_sweep_removes(image):
+    from envs.sandbox import sweeper
+
+    proc, run = _start_runner(image, 3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    left = _containers(run)
+    assert len(left) >= 3  # the killed run could not clean up (its warm spares count too)
+    removed = sweeper.sweep()  # what the next start does
+    assert {c["Id"] for c in left} <= set(removed)
+    assert _wait_gone(run, 10) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_nothing(image, sig):
+    proc, run = _start_runner(image, 3)
+    assert len(_containers(run)) >= 3
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0  # the signal still ended it (handlers chain to the previous ones)
+    assert _wait_gone(run, 5) == []
+
+
+def test_sweep_spares_live_runs_and_honours_deadlines(image):
+    from envs.sandbox import sweeper
+    from envs.sandbox.docker import create_container, remove_container
+
+    proc, run = _start_runner(image, 1)
+    # Two containers of another run whose owner (this process) is alive: one past its deadline.
+    expired = create_container(image, SMALL, {**sweeper.labels(deadline_s=-1), sweeper.L_RUN: "expired-run"})
+    alive = create_container(image, SMALL, {**sweeper.labels(), sweeper.L_RUN: "alive-run"})
+    try:
+        removed = sweeper.sweep()
+        assert expired in removed and alive not in removed
+        assert not {c["Id"] for c in _containers(run)} & set(removed)  # owner alive: kept
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        remove_container(alive)
+    assert _wait_gone(run, 5) == []
+
+
+@pytest.mark.slow
+def test_128_sandboxes_at_once(image):
+    from envs.sandbox import pool, sweeper
+    from envs.sandbox.docker import open_sandbox
+
+    n = 128
+    before = {c["Id"] for c in _containers(sweeper.run_id())}
+    held, errors = [], []
+
+    def one(i: int) -> None:
+        try:
+            s = open_sandbox(image, SMALL, pool_size=16, acquire_timeout=240)
+            r = s.exec(f"echo {i} $HOSTNAME")
+            assert r.ok and r.stdout.split()[0] == str(i)
+            held.append(s)
+        except Exception as e:  # collected: one failure must not hide the others
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors[:3]
+    assert len(held) == n and len({s.id for s in held}) == n
+    assert len(_containers(sweeper.run_id())) >= n  # all 128 alive at once
+    for s in held:
+        s.close()
+    pool.get_pool(image, SMALL).shutdown()
+    deadline = time.monotonic() + 60
+    while {c["Id"] for c in _containers(sweeper.run_id())} - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not {c["Id"] for c in _containers(sweeper.run_id())} - before
