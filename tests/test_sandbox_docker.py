@@ -173,11 +173,14 @@ def test_warm_acquire_is_fast(image):
     deadline = time.monotonic() + 60
     while p.stats()["ready"] < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
-    t0 = time.perf_counter()
-    s = p.acquire(timeout=30)
-    took = time.perf_counter() - t0
+    took, held = [], []
     try:
-        assert took < 0.05
-        assert s.exec("echo warm").stdout == "warm\n"
+        for _ in range(3):  # the pool holds 3 ready: each acquire is warm
+            t0 = time.perf_counter()
+            held.append(p.acquire(timeout=30))
+            took.append(time.perf_counter() - t0)
+        assert sorted(took)[1] < 0.05  # median; the goal is 20 ms (the benchmark measures it)
+        assert held[-1].exec("echo warm").stdout == "warm\n"
     finally:
-        s.close()
+        for s in held:
+            s.close()
