@@ -40,14 +40,15 @@ _episodes = itertools.count()
 
 
 class GuiEnv(AgentEnv):
-    """A GUI env. `backend="miniwob"` (default) or `"osworld"` (see envs/gui/osworld.py);
+    """A GUI env. `tasks`: MiniWoB task names, "oracle" (those with scripted solvers) or None
+    (all); `backend="miniwob"` (default) or `"osworld"` (see envs/gui/osworld.py);
     `pool` shares browsers between envs (the env makes its own when None and closes it on
     close()); `screenshot_dir` saves each screenshot as PNG and puts its path in the data."""
 
     def __init__(
         self,
         max_turns: int = 15,
-        tasks: list[str] | None = None,
+        tasks: list[str] | str | None = None,
         backend: str = "miniwob",
         pool: BrowserPool | None = None,
         episode_time_s: float = 3600.0,
@@ -58,6 +59,8 @@ class GuiEnv(AgentEnv):
         if backend == "miniwob":
             from envs.gui.miniwob_backend import MiniwobBackend
 
+            if tasks == "oracle":  # the tasks with scripted solvers (for policy=oracle)
+                tasks = list(SOLVERS)
             unknown = sorted(set(tasks or ()) - set(TASKS))
             if unknown:
                 raise ValueError(f"unknown GUI task(s) {unknown}; known: {', '.join(TASKS)}")
