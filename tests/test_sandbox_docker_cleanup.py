@@ -23,7 +23,8 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = Limits(memory_mb=256, pids=64)
 
-# A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, waits.
+# A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, then
+# waits (to be signalled) or, with "exit", returns normally without closing anything.
 RUNNER = textwrap.dedent("""
     import sys, time
     from envs.sandbox.docker import open_sandbox
@@ -33,7 +34,8 @@ RUNNER = textwrap.dedent("""
     held = [open_sandbox(sys.argv[2], Limits(memory_mb=256, pids=64), pool_size=n) for _ in range(n)]
     assert all(s.exec("echo up").stdout == "up\\n" for s in held)
     print("READY", run_id(), flush=True)
-    time.sleep(600)
+    if sys.argv[3] == "wait":
+        time.sleep(600)
 """)
 
 
@@ -41,8 +43,8 @@ def _containers(run: str) -> list[dict]:
     return client().api.containers(all=True, filters={"label": f"openclaw.run={run}"})
 
 
-def _start_runner(image: str, n: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(n), image], cwd=ROOT, stdout=subprocess.PIPE,
+def _start_runner(image: str, n: int, then: str = "wait") -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(n), image, then], cwd=ROOT, stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     timer = threading.Timer(120, proc.kill)  # a runner that never gets ready must not hang the test
     timer.start()
@@ -88,6 +90,13 @@ def test_interrupt_leaves_nothing(image, sig):
     proc.send_signal(sig)
     proc.wait(timeout=60)
     assert proc.returncode != 0  # the signal still ended it (handlers chain to the previous ones)
+    assert _wait_gone(run, 5) == []
+
+
+def test_normal_exit_leaves_nothing(image):
+    proc, run = _start_runner(image, 3, then="exit")
+    proc.wait(timeout=60)
+    assert proc.returncode == 0
     assert _wait_gone(run, 5) == []
 
 

@@ -14,7 +14,8 @@ helper cannot run (a fork bomb holds every pid), the container is restarted: fil
 
 A container that stops, or a daemon error, raises SandboxError (the env reports infra_error).
 Containers run with no network, the image's non-root user `agent`, an init, every capability
-dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`.
+dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`; `disk_mb` binds only
+where the engine's storage can cap it (overlay2 on xfs with pquota), not on ext4.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ DEFAULT_USER = "agent"
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 18
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_disk_quota: bool | None = None  # whether the engine can cap disk per container (Limits.disk_mb)
 
 # Runs inside the container (as the sandbox user) to kill what a command started: every process
 # started at or after the command (clock ticks since boot, shared with the host kernel) except
@@ -82,28 +84,39 @@ def create_container(
     cap_drop: tuple[str, ...] = ("ALL",),
 ) -> str:
     """Create and start a container that idles under `init` (`sleep infinity`); returns its id."""
+    global _disk_quota
     api = client().api
-    host = api.create_host_config(
-        network_mode="bridge" if limits.network else "none",  # the host's one default network
-        mem_limit=f"{limits.memory_mb}m",
-        memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
-        pids_limit=limits.pids,
-        nano_cpus=int(limits.cpus * 1e9),
-        init=True,
-        cap_drop=list(cap_drop),
-        security_opt=["no-new-privileges"],
-    )
-    try:
-        cid = api.create_container(
-            # The idle holder runs as root (with no capabilities) so the sandbox user cannot kill
-            # it and take the container down; the shell and every exec run as `user`.
-            image, command=["sleep", "infinity"], user="0", labels=labels, host_config=host,
-            network_disabled=not limits.network,
-        )["Id"]
-    except docker.errors.ImageNotFound as e:
-        raise SandboxError(f"image {image} not found: build it with `python -m envs.sandbox.images build`") from e
-    except API_ERRORS as e:
-        raise SandboxError(f"docker create failed: {e}") from e
+    if _disk_quota is None:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
+        _disk_quota = "'xfs'" in str(client().info().get("DriverStatus", "")).lower()
+    for quota in ([True, False] if _disk_quota else [False]):
+        host = api.create_host_config(
+            storage_opt={"size": f"{limits.disk_mb}m"} if quota else None,
+            network_mode="bridge" if limits.network else "none",  # the host's one default network
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
+            pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1e9),
+            init=True,
+            cap_drop=list(cap_drop),
+            security_opt=["no-new-privileges"],
+        )
+        try:
+            cid = api.create_container(
+                # The idle holder runs as root (with no capabilities) so the sandbox user cannot
+                # kill it and take the container down; the shell and every exec run as `user`.
+                image, command=["sleep", "infinity"], user="0", labels=labels, host_config=host,
+                network_disabled=not limits.network,
+            )["Id"]
+            break
+        except docker.errors.ImageNotFound as e:
+            raise SandboxError(f"image {image} not found: build it with `python -m envs.sandbox.images build`") from e
+        except docker.errors.APIError as e:
+            if quota and "storage" in str(e).lower():
+                _disk_quota = False  # xfs without pquota: go on without the disk cap
+                continue
+            raise SandboxError(f"docker create failed: {e}") from e
+        except API_ERRORS as e:
+            raise SandboxError(f"docker create failed: {e}") from e
     try:
         api.start(cid)
     except API_ERRORS as e:

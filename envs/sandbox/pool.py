@@ -105,7 +105,7 @@ class WarmPool:
             with self._cond:
                 self._inflight -= 1
                 if sb is not None and self._closed:
-                    _remover.submit(_quiet_remove, sb.id)
+                    _remove_later(sb.id)
                 elif sb is not None:
                     self._ready.append(sb)
                     self._fails, backoff = 0, 0.5
@@ -126,7 +126,7 @@ class WarmPool:
         try:
             sb.start_shell()
         except SandboxError:
-            _remover.submit(_quiet_remove, cid)
+            _remove_later(cid)
             raise
         self.created += 1
         return sb
@@ -148,7 +148,7 @@ class WarmPool:
                             self._leased.add(sb)
                             self._cond.notify_all()  # a filler replaces it
                             return sb
-                        _remover.submit(_quiet_remove, sb.id)  # died while idle
+                        _remove_later(sb.id)  # died while idle
                     if self._fails >= FAILS_BEFORE_GIVING_UP and not self._inflight:
                         raise SandboxError(f"cannot create sandboxes of {self.image}: {self._last_error}")
                     left = deadline - time.monotonic()
@@ -163,7 +163,7 @@ class WarmPool:
     def _release(self, sb: DockerSandbox) -> None:
         with self._cond:
             self._leased.discard(sb)
-        _remover.submit(_quiet_remove, sb.id)
+        _remove_later(sb.id)
 
     def stats(self) -> dict[str, int]:
         with self._cond:
@@ -187,6 +187,14 @@ class WarmPool:
             if t is not threading.current_thread():
                 t.join(max(0.0, end - time.monotonic()))
         sweeper.remove_many(doomed)
+
+
+def _remove_later(cid: str) -> None:
+    """Remove a container off the caller's path (inline once the interpreter is shutting down)."""
+    try:
+        _remover.submit(_quiet_remove, cid)
+    except RuntimeError:
+        _quiet_remove(cid)
 
 
 def _quiet_remove(cid: str) -> None:
