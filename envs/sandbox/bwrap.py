@@ -1,0 +1,409 @@
+"""Bubblewrap backend: a throwaway root with no network, one long-lived bash per sandbox.
+
+Layout. A `bwrap` process holds the sandbox: new mount, pid, net, ipc, uts and cgroup
+namespaces (no user namespace: we run as root and want the host's uids), the host's /usr (or an
+`image` directory holding a root file system) bound read-only, a few /etc files, private tmpfs
+mounts at /tmp and the work dir (sized by `Limits.disk_mb`), and `sleep infinity` as its only
+job. The shell enters those namespaces with `nsenter`, so a shell that dies is restarted without
+losing the sandbox's files; only the holder's death ends the sandbox.
+
+Limits. The shell runs as a uid of its own (random, unused on the host) with every capability
+dropped and no-new-privs, under rlimits: address space (`memory_mb`), processes (`pids`:
+RLIMIT_NPROC binds only a non-root uid, and a uid per sandbox makes the count per sandbox), file
+size (`disk_mb`), no core files. Where a cgroup hierarchy is writable (v1 or v2) the shell is
+also put in a cgroup with the memory, pids and CPU (`cpus`) limits; elsewhere CPU is not capped.
+
+Cleanup. `--die-with-parent` ties the holder to the thread that started it (Linux's
+parent-death signal); `close()` kills it, and with it every process in its pid namespace; an
+atexit hook and a SIGTERM handler close what is still open.
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+import weakref
+from typing import Any
+
+from envs.sandbox import cgroups
+from envs.sandbox.protocol import ExecResult, Limits, SandboxError
+from envs.sandbox.shell import RawResult, ShellSession, bash_quote, exec_result
+
+BWRAP = "/usr/bin/bwrap"
+START_TIMEOUT_S = 10.0
+_ETC = (
+    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "ssl",
+    "ca-certificates", "mime.types", "nsswitch.conf", "python3", "python3.11",
+)
+_ROOT_DIRS = ("bin", "lib", "lib32", "lib64", "libx32", "sbin")
+_MISSING_FILE = 44  # exit code read_file's command uses for "no such file"
+
+
+def _root_args(image: str | None) -> list[str]:
+    """bwrap arguments for the read-only part of the root."""
+    if image is not None:
+        return ["--ro-bind", image, "/"]
+    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]  # implicit parents get 0700
+    for d in _ROOT_DIRS:
+        host = f"/{d}"
+        if os.path.islink(host):  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            args += ["--ro-bind", host, host]
+    for name in _ETC:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _data_fd(data: bytes) -> int:
+    """A pipe's read end already holding `data` (for bwrap's --ro-bind-data)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, data)  # small: fits the pipe buffer
+    finally:
+        os.close(w)
+    return r
+
+
+def _read_all(fd: int, deadline: float) -> bytes:
+    out = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return out
+        out += chunk
+    raise SandboxError(f"bwrap did not report its sandbox within {START_TIMEOUT_S:.0f}s")
+
+
+def _read_line(fd: int, deadline: float) -> bytes:
+    out = b""
+    while not out.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def _drain_into(n: int, consumer: str) -> str:
+    """A command feeding the next `n` bytes of the shell's stdin to `consumer`. All `n` are read
+    even when the consumer fails early: a leftover byte would be read as the next command."""
+    return f"head -c {n} | {{ {consumer}; __r=$?; cat >/dev/null; exit $__r; }}"
+
+
+class BwrapSandbox:
+    """A `Sandbox` (envs/sandbox/protocol.py) on bubblewrap."""
+
+    def __init__(self, image: str | None = None, limits: Limits = Limits(), workdir: str = "/work"):
+        if not os.path.exists(BWRAP):
+            raise SandboxError(f"{BWRAP} not found: install Debian's bubblewrap (scripts/apt-packages.txt)")
+        if image is not None and not os.path.isdir(image):
+            raise ValueError(
+                f"bwrap sandbox image must be a directory holding a root file system, got {image!r} "
+                "(None uses the host's /usr read-only)"
+            )
+        if not workdir.startswith("/") or workdir in ("/", "/tmp", "/proc", "/dev", "/usr"):
+            raise ValueError(f"workdir must be an absolute path of its own, got {workdir!r}")
+        self.image = image
+        self.limits = limits
+        self.workdir = workdir
+        self.uid = random.SystemRandom().randrange(1_000_000, 2_000_000_000)
+        self._lock = threading.RLock()
+        self._holder: subprocess.Popen | None = None
+        self._holder_pid = 0  # pid 1 of the sandbox's pid namespace, as the host sees it
+        self._shell: subprocess.Popen | None = None
+        self._session: ShellSession | None = None
+        self._restarted = False  # tell the next ExecResult that the shell was restarted
+        self._cgroup: cgroups.Group | None = None
+        self._closed = False
+        _track(self)
+        try:
+            self._start_holder()
+            self._cgroup = cgroups.create(f"openclaw-bwrap-{self.uid}", limits)
+            self._start_shell()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- life cycle ----------------------------------------------------------------------
+    def _start_holder(self) -> None:
+        lim = self.limits
+        info_r, info_w = os.pipe()
+        passwd = _data_fd(f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{self.uid}:{self.uid}::{self.workdir}:/bin/bash\n".encode())
+        group = _data_fd(f"root:x:0:\nsandbox:x:{self.uid}:\n".encode())
+        size = str(lim.disk_mb << 20)
+        args = [BWRAP, "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        if not lim.network:
+            args.append("--unshare-net")
+        args += ["--die-with-parent", "--new-session", "--info-fd", str(info_w), "--hostname", "sandbox"]
+        args += _root_args(self.image)
+        for fd, dest in ((passwd, "/etc/passwd"), (group, "/etc/group")):
+            args += ["--perms", "0644", "--ro-bind-data", str(fd), dest]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp"]
+        args += ["--size", size, "--perms", "0777", "--tmpfs", self.workdir]
+        # bwrap reports the child's pid before the mounts are in place: the holder says "ready"
+        # on stdout once its root is set up, and then only sleeps.
+        args += ["--chdir", self.workdir, "--clearenv", "/bin/sh", "-c", "echo ready; exec sleep infinity"]
+        try:
+            self._holder = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(info_w, passwd, group), start_new_session=True,
+            )
+        finally:
+            for fd in (info_w, passwd, group):
+                os.close(fd)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            raw = _read_all(info_r, deadline)
+        finally:
+            os.close(info_r)
+        assert self._holder.stdout is not None
+        ready = _read_line(self._holder.stdout.fileno(), deadline)
+        self._holder.stdout.close()
+        try:
+            if ready != b"ready\n":
+                raise ValueError("holder did not start")
+            self._holder_pid = int(json.loads(raw)["child-pid"])
+        except (ValueError, KeyError):
+            err = b""
+            if self._holder.poll() is not None and self._holder.stderr is not None:
+                err = self._holder.stderr.read()
+            raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace').strip() or raw!r}") from None
+
+    def _start_shell(self) -> None:
+        lim = self.limits
+        rlimits = [f"--as={lim.memory_mb << 20}", f"--nproc={lim.pids}", f"--fsize={lim.disk_mb << 20}", "--core=0"]
+        ids = f"--reuid={self.uid}", f"--regid={self.uid}"
+        args = [
+            "nsenter", "-t", str(self._holder_pid), "-m", "-p", "-i", "-u", "-C", "-r", "-w",
+            *([] if lim.network else ["-n"]),
+            "--", "prlimit", *rlimits, "--",
+            "setpriv", *ids, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+            "--no-new-privs", "--pdeathsig=KILL", "--",
+            "/bin/bash", "--noprofile", "--norc",
+        ]
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "USER": "sandbox",
+            "LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        self._shell = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, bufsize=0, start_new_session=True,
+        )
+        assert self._shell.stdin and self._shell.stdout and self._shell.stderr
+        self._session = ShellSession(
+            self._shell.stdin.fileno(), self._shell.stdout.fileno(), self._shell.stderr.fileno(),
+            self._kill_command, lambda: self._shell is not None and self._shell.poll() is None,
+        )
+        probe = self._session.run("cd -- " + bash_quote(self.workdir), timeout=START_TIMEOUT_S, max_output=4096)
+        if probe.exit_code != 0:
+            detail = probe.stderr.decode(errors="replace").strip()
+            self._stop_shell()
+            if not self.is_alive():
+                raise SandboxError("the bwrap sandbox died while starting its shell")
+            raise SandboxError(f"the sandbox shell did not start: {detail}")
+        if self._cgroup is not None:
+            self._cgroup.add(self._shell_pid())
+
+    def _shell_pid(self) -> int:
+        """The bash's host pid: nsenter's only child (nsenter forks to enter the pid namespace)."""
+        assert self._shell is not None
+        for pid, ppid, _uid in _processes():
+            if ppid == self._shell.pid:
+                return pid
+        return self._shell.pid
+
+    def _stop_shell(self) -> None:
+        shell, self._shell, self._session = self._shell, None, None
+        if shell is None:
+            return
+        self._kill_command(keep_shell=False)
+        _kill(shell)
+        for f in (shell.stdin, shell.stdout, shell.stderr):
+            if f is not None:
+                f.close()
+
+    def _kill_command(self, keep_shell: bool = True) -> None:
+        """SIGKILL everything the sandbox user runs except the shell, until nothing is left."""
+        spare = self._shell.pid if (keep_shell and self._shell is not None) else -1
+        for _ in range(50):  # a fork bomb respawns while we kill; the pids limit bounds it
+            victims = [pid for pid, ppid, uid in _processes() if uid == self.uid and ppid != spare]
+            if not victims:
+                return
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.002)
+
+    def _ensure_shell(self) -> None:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        if not self.is_alive():
+            raise SandboxError("the bwrap sandbox died (its holder process exited); open a new one")
+        if self._session is None or self._session.broken or (self._shell and self._shell.poll() is not None):
+            self._stop_shell()
+            self._start_shell()
+            self._restarted = True
+
+    def _run(self, command: str, timeout: float, max_output: int, workdir: str | None = None,
+             stdin_data: bytes | None = None) -> tuple[RawResult, bool]:
+        if timeout <= 0 or max_output < 0:
+            raise ValueError("timeout must be > 0 and max_output >= 0")
+        with self._lock:
+            self._ensure_shell()
+            restarted, self._restarted = self._restarted, False
+            assert self._session is not None
+            raw = self._session.run(command, timeout, max(max_output, 1), workdir, stdin_data)
+            if raw.shell_exited and self._shell is not None and raw.exit_code is None and not raw.timed_out:
+                try:  # the command ended the shell (`exit 3`): report the shell's status
+                    raw.exit_code = self._shell.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            return raw, restarted
+
+    # ---- Sandbox protocol ----------------------------------------------------------------
+    def exec(self, command: str, timeout: float = 30.0, max_output: int = 64 * 1024,
+             workdir: str | None = None) -> ExecResult:
+        raw, restarted = self._run(command, timeout, max_output, workdir)
+        return exec_result(raw, max_output, restarted)
+
+    def _path(self, path: str) -> str:
+        return path if path.startswith("/") else f"{self.workdir}/{path}"
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        blob = data.encode() if isinstance(data, str) else bytes(data)
+        p = bash_quote(self._path(path))
+        cmd = _drain_into(len(blob), f'mkdir -p -- "$(dirname -- {p})" && cat > {p} && chmod {mode:o} -- {p}')
+        raw, _ = self._run(cmd, START_TIMEOUT_S + len(blob) / 1e7, 4096, stdin_data=blob)
+        if raw.exit_code != 0:
+            raise SandboxError(f"write_file({path!r}) failed: {raw.stderr.decode(errors='replace').strip()}")
+
+    def read_file(self, path: str, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        p = bash_quote(self._path(path))
+        cmd = f"[ -f {p} ] || exit {_MISSING_FILE}; head -c {int(max_bytes)} -- {p}"
+        raw, _ = self._run(f"({cmd})", START_TIMEOUT_S + max_bytes / 1e7, max_bytes)
+        if raw.exit_code == _MISSING_FILE:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}")
+        if raw.exit_code != 0:
+            raise SandboxError(f"read_file({path!r}) failed: {raw.stderr.decode(errors='replace').strip()}")
+        return raw.stdout
+
+    def copy_in(self, local_dir: str, dest: str) -> None:
+        if not os.path.isdir(local_dir):
+            raise NotADirectoryError(f"copy_in: {local_dir!r} is not a folder")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(local_dir, arcname=".")
+        blob = buf.getvalue()
+        d = bash_quote(self._path(dest))
+        cmd = _drain_into(len(blob), f"mkdir -p -- {d} && tar -x --no-same-owner -C {d} -f -")
+        raw, _ = self._run(cmd, START_TIMEOUT_S + len(blob) / 1e7, 4096, stdin_data=blob)
+        if raw.exit_code != 0:
+            raise SandboxError(f"copy_in({local_dir!r}, {dest!r}) failed: {raw.stderr.decode(errors='replace').strip()}")
+
+    def is_alive(self) -> bool:
+        return not self._closed and self._holder is not None and self._holder.poll() is None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._stop_shell()
+            if self._holder is not None:
+                _kill(self._holder)  # pid 1 of the namespace: the kernel kills the rest
+                if self._holder.stderr is not None:
+                    self._holder.stderr.close()
+            self._kill_command(keep_shell=False)  # stragglers that left the namespace (none expected)
+            if self._cgroup is not None:
+                self._cgroup.remove()
+            _live.discard(self)
+
+    def __enter__(self) -> BwrapSandbox:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, ppid, uid) of every process on the host."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{name}").st_uid
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split(b" ", 2)[1])
+        out.append((int(name), ppid, uid))
+    return out
+
+
+# ---- close everything at exit and on SIGTERM ---------------------------------------------
+_live: weakref.WeakSet[BwrapSandbox] = weakref.WeakSet()
+_hooks_installed = False
+
+
+def close_all() -> None:
+    for sb in list(_live):
+        sb.close()
+
+
+def _on_sigterm(signum: int, frame: Any, previous: Any = signal.SIG_DFL) -> None:
+    close_all()
+    if callable(previous):
+        previous(signum, frame)
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _track(sb: BwrapSandbox) -> None:
+    global _hooks_installed
+    _live.add(sb)
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(close_all)
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous in (signal.SIG_DFL, None) or callable(previous):
+            signal.signal(signal.SIGTERM, lambda s, f: _on_sigterm(s, f, previous))
+
+
+def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> BwrapSandbox:
+    """The backend entry point `envs.sandbox.open_sandbox` dispatches to."""
+    return BwrapSandbox(image=image, limits=limits, **opts)
