@@ -75,6 +75,14 @@ def test_observation_and_next_state_contract(env, tmp_path):
     assert ns.data["fields"] == {"target": target} and ns.data["raw_reward"] is None
     assert ns.data["screenshot_shape"] == [210, 160, 3]
 
+    env.screenshot_dir = tmp_path  # saved screenshots: their path goes into the data
+    try:
+        _, _, _, _, info = env.step("scroll(0, 10)")
+    finally:
+        env.screenshot_dir = None
+    saved = Path(info["next_state"].data["screenshot"])
+    assert saved.parent == tmp_path and saved.suffix == ".png" and saved.stat().st_size > 100
+
     submit = next(e for e in env.screen.elements if e.text == "Submit")
     call = '<tool_call>{"name": "click", "arguments": {"ref": %d}}</tool_call>' % submit.ref
     obs, reward, term, trunc, info = env.step(call)

@@ -7,6 +7,7 @@ the whole state after each action.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,6 @@ class MiniwobBackend:
         return screen
 
     def _wait_ready(self, timeout_s: float = 5.0) -> None:
-        import time
-
         deadline = time.monotonic() + timeout_s
         while not self.browser.run("return WOB_TASK_READY;"):
             if time.monotonic() > deadline:

@@ -50,6 +50,11 @@ class Element:
         return " ".join(parts)
 
 
+def norm_text(s: str) -> str:
+    """Text as compared with task fields: whitespace collapsed, lower case."""
+    return " ".join(s.split()).lower()
+
+
 def _quote(s: str, limit: int = 80) -> str:
     s = " ".join(s.split())
     return '"' + (s if len(s) <= limit else s[: limit - 3] + "...") + '"'

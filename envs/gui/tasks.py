@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from envs.gui.screen import Element, Screen
+from envs.gui.screen import Element, Screen, norm_text
 
 Solver = Callable[[Screen, int], str]
 
@@ -28,9 +28,6 @@ class NoSolution(RuntimeError):
     """The page does not look the way the solver expects."""
 
 
-def _norm(s: str) -> str:
-    return " ".join(s.split()).lower()
-
 
 def _find(screen: Screen, pred: Callable[[Element], bool], what: str) -> Element:
     for e in screen.elements:
@@ -40,7 +37,7 @@ def _find(screen: Screen, pred: Callable[[Element], bool], what: str) -> Element
 
 
 def _with_text(screen: Screen, text: str, roles: tuple[str, ...] | None = None) -> Element:
-    return _find(screen, lambda e: _norm(e.text) == _norm(text) and (roles is None or e.role in roles), f"element {text!r}")
+    return _find(screen, lambda e: norm_text(e.text) == norm_text(text) and (roles is None or e.role in roles), f"element {text!r}")
 
 
 def _textboxes(screen: Screen) -> list[Element]:
@@ -90,9 +87,9 @@ def _check_then_submit(targets: Callable[[Screen], set[str]], role: str) -> Solv
     """Set every box/radio whose label is a target (and clear the others), then submit."""
 
     def solve(screen: Screen, turn: int) -> str:
-        want = {_norm(t) for t in targets(screen)}
+        want = {norm_text(t) for t in targets(screen)}
         for e in screen.elements:
-            if e.role == role and bool(e.checked) != (_norm(e.label) in want):
+            if e.role == role and bool(e.checked) != (norm_text(e.label) in want):
                 return f"click({e.ref})"
         return f"click({_with_text(screen, 'Submit', ('button',)).ref})"
 

@@ -12,25 +12,22 @@ The env stores the result in next_state.data["verdict"], which the generic rules
 from __future__ import annotations
 
 from envs.base import NextState
-from envs.gui.screen import Element, Screen
+from envs.gui.screen import Element, Screen, norm_text
 
-
-def _norm(s: str) -> str:
-    return " ".join(s.split()).lower()
 
 
 def _satisfied(screen: Screen) -> set[str]:
-    present = {_norm(e.value) for e in screen.elements if e.value}
-    present |= {_norm(e.label or e.text) for e in screen.elements if e.checked}
-    return {key for key, value in screen.fields.items() if value and _norm(value) in present}
+    present = {norm_text(e.value) for e in screen.elements if e.value}
+    present |= {norm_text(e.label or e.text) for e in screen.elements if e.checked}
+    return {key for key, value in screen.fields.items() if value and norm_text(value) in present}
 
 
 def field_progress(before: Screen, after: Screen, target: Element | None, changed: bool) -> list[str]:
     """Field keys the action moved toward (see the module doc), sorted."""
     keys = _satisfied(after) - _satisfied(before)
     if target is not None and changed:
-        text = _norm(target.text or target.label)
-        keys |= {k for k, v in before.fields.items() if v and _norm(v) == text}
+        text = norm_text(target.text or target.label)
+        keys |= {k for k, v in before.fields.items() if v and norm_text(v) == text}
     return sorted(keys)
 
 
