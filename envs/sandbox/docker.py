@@ -34,7 +34,10 @@ import requests
 
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
-from envs.sandbox.shell import GRACE_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote
+from envs.sandbox.shell import (
+    _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, exec_result, frame_command,
+    kill_threshold,
+)
 
 DEFAULT_USER = "agent"
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
@@ -174,6 +177,10 @@ class DockerSandbox:
         self._rbuf.clear()
         self._token = "__OCM_" + secrets.token_hex(8)
         self._seq = 0
+        try:
+            self._sock.sendall(SHELL_INIT)
+        except OSError as e:
+            raise self._infra_error(f"the shell did not start: {e}") from e
         r = self._run_raw("echo $$ $UID $GROUPS", 10.0, 4096, kill=False)
         try:
             self._shell_pid, self._uid, self._gid = (int(x) for x in r.stdout.split())
@@ -236,18 +243,17 @@ class DockerSandbox:
         except API_ERRORS:
             return False
 
-    def _run_raw(self, command: str, timeout: float, max_output: int, kill: bool = True) -> RawResult:
-        """One command through the shell: send the framed line, read frames until both markers."""
+    def _run_raw(self, command: str, timeout: float, max_output: int, workdir: str | None = None,
+                 kill: bool = True) -> RawResult:
+        """One command through the shell: send the framed line, read frames until both markers.
+        Without `kill` (the shell's own start) a timeout just gives up."""
         sock = self._sock
         assert sock is not None
         self._seq += 1
         tag = f"{self._token}:{self._seq}:"
-        line = (
-            f"{{ eval {bash_quote(command)}\n}} </dev/null; printf '\\n{tag}%d\\n' \"$?\"; printf '\\n{tag}\\n' >&2\n"
-        ).encode("utf-8", "surrogateescape")
         out = _Capture(f"\n{tag}".encode(), max_output)
         err = _Capture(f"\n{tag}\n".encode(), max_output)
-        kill_after = max(16 * max_output, 1 << 20)
+        kill_after = kill_threshold(max_output)
         t0 = time.monotonic()
         self._cmd_t0 = _boot_ticks()
         deadline = t0 + timeout
@@ -256,7 +262,7 @@ class DockerSandbox:
         buf = self._rbuf
         try:
             sock.settimeout(timeout)
-            sock.sendall(line)
+            sock.sendall(frame_command(command, tag, workdir))
         except OSError:
             exited = True
         while not exited:
@@ -284,11 +290,13 @@ class DockerSandbox:
                     break  # the helper cannot even run: restart the container below
             elif killed_at is not None and now >= killed_at + GRACE_S:
                 break
-            wait = (deadline if killed_at is None else killed_at + GRACE_S) - now
+            wait = (deadline - now) if killed_at is None else min(TICK_S, killed_at + GRACE_S - now)
             try:
                 sock.settimeout(max(wait, 0.001))
                 chunk = sock.recv(_RECV)
             except socket.timeout:
+                if killed_at is not None:
+                    self._kill_command()  # killed, but the command list goes on (`sleep 9; sleep 9`)
                 continue
             except OSError:
                 chunk = b""
@@ -309,6 +317,9 @@ class DockerSandbox:
             rc = None
         out_b, out_trunc = out.output()
         err_b, err_trunc = err.output()
+        if killed_at is not None:  # drop bash's report of the kill (it repeats the whole command)
+            m = _KILL_REPORT.search(err_b)
+            err_b = err_b[: m.start()] if m else err_b
         return RawResult(out_b, err_b, rc, timed_out, out_trunc or err_trunc or output_killed,
                          output_killed, not complete, time.monotonic() - t0)
 
@@ -342,9 +353,6 @@ class DockerSandbox:
              workdir: str | None = None) -> ExecResult:
         if timeout <= 0 or max_output < 0:
             raise ValueError("timeout must be > 0 and max_output >= 0")
-        if workdir:  # run there without moving the shell's own cwd (as bubblewrap's does)
-            command = (f'__ocd=$PWD; builtin cd -- {bash_quote(workdir)} && {{ eval {bash_quote(command)}\n}}; '
-                       f'__ocr=$?; builtin cd -- "$__ocd"; (exit $__ocr)')
         with self._lock:
             if self._closed:
                 raise SandboxError("sandbox is closed")
@@ -353,19 +361,8 @@ class DockerSandbox:
                     raise self._infra_error("the container is not running")
                 self.start_shell()
             restarted, self._restarted = self._restarted, False
-            raw = self._run_raw(command, timeout, max(max_output, 1))
-        stderr = raw.stderr.decode("utf-8", "replace")
-        if raw.output_killed:
-            stderr += f"\n[output limit: the command was killed after printing over {max(16 * max_output, 1 << 20)} bytes]"
-        return ExecResult(
-            stdout=raw.stdout.decode("utf-8", "replace"),
-            stderr=stderr,
-            exit_code=raw.exit_code,
-            timed_out=raw.timed_out,
-            truncated=raw.truncated,
-            duration_s=raw.duration_s,
-            shell_restarted=restarted,
-        )
+            raw = self._run_raw(command, timeout, max(max_output, 1), workdir)
+        return exec_result(raw, max_output, restarted)
 
     def _path(self, path: str) -> str:
         return posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
