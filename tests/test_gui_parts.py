@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from envs.base import NextState
-from envs.gui.commands import Command, parse_command, tool_schemas
-from envs.gui.miniwob_backend import ActionError, elements_from_dom, key_to_miniwob
+from envs.gui.commands import ActionError, Command, parse_command, tool_schemas
+from envs.gui.miniwob_backend import elements_from_dom, key_to_miniwob
 from envs.gui.osworld import command_to_pyautogui, elements_from_a11y, load_task_configs, screen_from_obs
 from envs.gui.procs import MARKER_VAR, browser_pids, kill_marked
 from envs.gui.screen import Element, Screen, describe_changes, diff_listing, image_content_part

@@ -44,6 +44,11 @@ _ANY_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
 
+class ActionError(ValueError):
+    """A well-formed command the backend cannot carry out (an unknown key name, an element
+    that cannot be clicked): the env reports invalid_action."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
     name: str

@@ -20,7 +20,7 @@ from PIL import Image
 
 from envs.base import AgentEnv, AnyText, NextState, Status, StepResult, Task
 from envs.gui.browser import BrowserError, BrowserPool
-from envs.gui.commands import Command, fmt_num, parse_command, tool_schemas
+from envs.gui.commands import ActionError, Command, fmt_num, parse_command, tool_schemas
 from envs.gui.screen import Screen, describe_changes, diff_listing
 from envs.gui.tasks import SOLVERS, TASKS, NoSolution
 from envs.gui.verdict import field_progress, verdict
@@ -132,7 +132,7 @@ class GuiEnv(AgentEnv):
             ns = NextState(role=self._role(cmd), content=f"The browser failed: {e}", kind="screen",
                            data={**self._base_data(before), "command": str(cmd), "error": str(e), "verdict": 0})
             return StepResult(ns, status=Status.INFRA_ERROR)
-        except ValueError as e:  # the backend refused the arguments (an unknown key name...)
+        except ActionError as e:
             return self._invalid(str(e), cmd)
         self.screen = after
         changes = diff_listing(before.listing(), after.listing())

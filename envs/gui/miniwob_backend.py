@@ -18,7 +18,7 @@ from miniwob.screenshot import get_screenshot, pil_to_numpy_array
 from miniwob.selenium_actions import execute_click_coords, execute_press_key, execute_type_text
 
 from envs.gui.browser import Browser, BrowserError, BrowserPool
-from envs.gui.commands import Command
+from envs.gui.commands import ActionError, Command
 from envs.gui.screen import Element, Screen
 
 HTML_DIR = Path(miniwob.__file__).parent / "html" / "miniwob"
@@ -43,10 +43,6 @@ _KEY_ALIASES = {"return": "Enter", "esc": "Escape", "up": "ArrowUp", "down": "Ar
                 "pgdn": "PageDown", "space": "Space", " ": "Space"}
 _SPECIAL = {k.strip("<>").lower(): k for k in WEBDRIVER_SPECIAL_KEYS}
 _MODIFIERS = {"ctrl": "C-", "control": "C-", "shift": "S-", "alt": "A-", "meta": "M-", "cmd": "M-"}
-
-
-class ActionError(ValueError):
-    """The action names something that does not exist (the env reports invalid_action)."""
 
 
 def key_to_miniwob(key: str) -> str:

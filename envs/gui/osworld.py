@@ -24,7 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from envs.gui.commands import Command
+from envs.gui.commands import ActionError, Command
 from envs.gui.screen import Element, Screen, png_to_array
 
 PIXELS_PER_WHEEL_CLICK = 50
@@ -125,7 +125,7 @@ def command_to_pyautogui(cmd: Command, screen: Screen) -> str:
         dx, dy = (int(round(v / PIXELS_PER_WHEEL_CLICK)) for v in cmd.args)
         codes = ([f"pyautogui.scroll({-dy})"] if dy else []) + ([f"pyautogui.hscroll({dx})"] if dx else [])
         return "; ".join(codes) or "pass"
-    raise ValueError(f"no OSWorld translation for {cmd}")
+    raise ActionError(f"no OSWorld translation for {cmd}")
 
 
 def load_task_configs(tasks: str | list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
