@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import envs.base  # noqa: F401  (registers openclaw/GUI-v0)
-from envs.gui.browser import BrowserPool
+from envs.gui.browser import CHROMIUM_ARGS, BrowserPool
 from envs.gui.env import GuiEnv
 from envs.gui.procs import browser_pids, owner_prefix
 from envs.gui.screen import image_content_part
@@ -167,7 +167,13 @@ def test_close_leaves_no_browser():
     env = GuiEnv()
     env.reset(seed=0, options={"task_id": "click-test"})
     marker = env.backend.browser.marker
-    assert len(browser_pids(marker)) >= 3  # chromedriver, chromium and its helpers
+    pids = browser_pids(marker)
+    assert len(pids) >= 3  # chromedriver, chromium and its helpers
+    cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in pids]
+    main = [c for c in cmdlines if any(a.startswith(b"--user-data-dir") for a in c) and b"--type=renderer" not in c]
+    assert main, cmdlines
+    for flag in CHROMIUM_ARGS:  # offline and headless, as DESIGN.md asks
+        assert flag.encode() in main[0], flag
     env.close()
     assert browser_pids(marker) == set()
     env.close()  # closing twice is allowed

@@ -166,6 +166,7 @@ class BrowserPool:
         self._all: set[Browser] = set()
         self._lock = threading.Lock()
         self.closed = False
+        self._owner = os.getpid()  # a forked child must not close its parent's browsers
         _pools.add(self)
 
     def acquire(self) -> Browser:
@@ -209,4 +210,5 @@ class BrowserPool:
 @atexit.register
 def _close_all_pools() -> None:
     for pool in list(_pools):
-        pool.close()
+        if pool._owner == os.getpid():
+            pool.close()

@@ -16,14 +16,16 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parents[2]
 _lock = threading.Lock()
 _proc: subprocess.Popen | None = None
+_owner = 0  # the pid _proc watches (a forked child needs a reaper of its own)
 
 
 def start() -> None:
     """Start this process's reaper if it is not running yet (idempotent, thread-safe)."""
-    global _proc
+    global _proc, _owner
     with _lock:
-        if _proc is not None and _proc.poll() is None:
+        if _proc is not None and _owner == os.getpid() and _proc.poll() is None:
             return
+        _owner = os.getpid()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
         env.pop("OPENCLAW_GUI_BROWSER", None)  # the reaper itself must not look like a browser
         _proc = subprocess.Popen(
