@@ -26,9 +26,9 @@ def image() -> str:
 
 @pytest.fixture
 def sb(image):
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox import open_sandbox  # the backend factory, as envs call it
 
-    s = open_sandbox(image, SMALL, pool_size=2)
+    s = open_sandbox("docker", image, SMALL, pool_size=2)
     yield s
     s.close()
 
@@ -142,6 +142,20 @@ def test_files(sb, tmp_path):
     sb.copy_in(str(tmp_path), "/home/agent/proj")
     r = sb.exec("cd ~/proj && python3 top.py && cat sub/x.txt && touch sub/y")
     assert r.stdout == "top\nx" and r.ok
+
+
+def test_workdir_option(image):
+    from envs.sandbox import open_sandbox
+
+    s = open_sandbox("docker", image, SMALL, pool_size=1, workdir="/work")
+    try:
+        assert s.exec("pwd && touch f && stat -c %U .").stdout == "/work\nagent\n"
+        s.write_file("rel.txt", "r")
+        assert s.exec("cat /work/rel.txt").stdout == "r"
+        assert s.exec("exit 1").exit_code == 1
+        assert s.exec("pwd").stdout == "/work\n"  # a restarted shell starts there again
+    finally:
+        s.close()
 
 
 def test_killed_container_raises(sb):

@@ -36,7 +36,7 @@ from envs.sandbox.engine import client
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import (
     _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, exec_result, frame_command,
-    kill_threshold,
+    bash_quote, kill_threshold,
 )
 
 DEFAULT_USER = "agent"
@@ -143,10 +143,11 @@ class DockerSandbox:
     """A started container with one persistent bash. Not thread-safe across exec calls."""
 
     def __init__(self, container_id: str, user: str = DEFAULT_USER, workdir: str = "/home/agent",
-                 on_close: Callable[[DockerSandbox], None] | None = None):
+                 on_close: Callable[[DockerSandbox], None] | None = None, make_workdir: bool = False):
         self.id = container_id
         self.user = user
-        self.workdir = workdir
+        self.workdir = workdir  # the shell starts here; relative file paths resolve here
+        self._make_workdir = make_workdir  # not in the image: create it, owned by the user
         self._on_close = on_close
         self._api = client().api
         self._lock = threading.Lock()
@@ -167,7 +168,7 @@ class DockerSandbox:
         try:
             self._exec_id = self._api.exec_create(
                 self.id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
-                tty=False, user=self.user, workdir=self.workdir,
+                tty=False, user=self.user, workdir=None if self._make_workdir else self.workdir,
             )["Id"]
             raw = self._api.exec_start(self._exec_id, socket=True)
         except API_ERRORS as e:
@@ -186,6 +187,10 @@ class DockerSandbox:
             self._shell_pid, self._uid, self._gid = (int(x) for x in r.stdout.split())
         except ValueError:
             raise self._infra_error(f"the shell did not start: {r.stdout[:200]!r} {r.stderr[:200]!r}") from None
+        if self._make_workdir:
+            self._ensure_dir(self.workdir)
+            if not self._run_raw(f"builtin cd -- {bash_quote(self.workdir)}", 10.0, 4096, kill=False).exit_code == 0:
+                raise self._infra_error(f"cannot enter the work dir {self.workdir}")
 
     def _close_shell(self) -> None:
         if self._sock is not None:
@@ -386,6 +391,22 @@ class DockerSandbox:
             except API_ERRORS as e:
                 raise self._infra_error(f"cannot write into {dest_dir}: {e}") from e
 
+    def _ensure_dir(self, path: str) -> None:
+        """Create folder `path` owned by the sandbox user if it does not exist (an existing one
+        is left as it is: unpacking over it would change its owner and mode)."""
+        try:  # HEAD on the archive endpoint: a stat, without packing the folder
+            code = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path}).status_code
+        except API_ERRORS as e:
+            raise self._infra_error(f"cannot look up {path}: {e}") from e
+        if code == 200:
+            return
+        info = self._tarinfo(posixpath.normpath(path).lstrip("/"), 0, 0o755)
+        info.type = tarfile.DIRTYPE
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.addfile(info)
+        self._put("/", buf.getvalue())
+
     def _mkdir(self, path: str) -> None:
         try:
             ex = self._api.exec_create(self.id, ["mkdir", "-p", "--", path], user=self.user)["Id"]
@@ -468,8 +489,10 @@ class DockerSandbox:
 
 def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> DockerSandbox:
     """A sandbox from the warm pool of (image, limits). `image` None is the default `sandbox`
-    image (built first if its recipe changed). opts: pool_size (warm target, default 4), user,
-    deadline_s (how long a container may live before any sweeper removes it), acquire_timeout."""
+    image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
+    the number of episodes run at once), user, workdir (where the shell starts and relative paths
+    resolve; default the image's WORKDIR; created for the user if missing), deadline_s (how long a
+    container may live before any sweeper removes it), acquire_timeout (s)."""
     from envs.sandbox import images, pool
 
     if image is None:

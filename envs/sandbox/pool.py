@@ -60,14 +60,19 @@ _swept_for_pid = 0
 
 class WarmPool:
     def __init__(self, image: str, limits: Limits, size: int = 4, user: str = DEFAULT_USER,
-                 deadline_s: float = sweeper.DEFAULT_DEADLINE_S, fillers: int = FILLERS_PER_POOL):
+                 deadline_s: float = sweeper.DEFAULT_DEADLINE_S, fillers: int = FILLERS_PER_POOL,
+                 workdir: str | None = None):
         self.image, self.limits, self.size, self.user = image, limits, max(0, size), user
         self.deadline_s = deadline_s
         try:
             cfg = client().api.inspect_image(image)["Config"]
         except API_ERRORS as e:
             raise SandboxError(f"image {image} not found (python -m envs.sandbox.images build): {e}") from e
-        self.workdir = cfg.get("WorkingDir") or "/"
+        image_workdir = cfg.get("WorkingDir") or "/"
+        if workdir is not None and not workdir.startswith("/"):
+            raise ValueError(f"workdir must be an absolute path, got {workdir!r}")
+        self.workdir = workdir or image_workdir
+        self._make_workdir = self.workdir != image_workdir
         self._ready: collections.deque[DockerSandbox] = collections.deque()
         self._cond = threading.Condition()  # RLock inside: a signal handler may re-enter it
         self._waiting = 0
@@ -122,7 +127,7 @@ class WarmPool:
             if self._closed:
                 raise SandboxError("pool closed")
             cid = create_container(self.image, self.limits, sweeper.labels(self.deadline_s))
-        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release)
+        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release, make_workdir=self._make_workdir)
         try:
             sb.start_shell()
         except SandboxError:
@@ -205,11 +210,11 @@ def _quiet_remove(cid: str) -> None:
 
 
 def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT_USER,
-             deadline_s: float = sweeper.DEFAULT_DEADLINE_S) -> WarmPool:
-    """The process's pool for (image, limits, user), created (and the host swept) on first use;
-    a larger `pool_size` than the pool has grows it."""
+             deadline_s: float = sweeper.DEFAULT_DEADLINE_S, workdir: str | None = None) -> WarmPool:
+    """The process's pool for (image, limits, user, workdir), created (and the host swept) on
+    first use; a larger `pool_size` than the pool has grows it."""
     global _swept_for_pid
-    key = (image, limits, user)
+    key = (image, limits, user, workdir)
     with _pools_lock:
         if _swept_for_pid != os.getpid():
             _swept_for_pid = os.getpid()
@@ -222,7 +227,7 @@ def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT
             sweeper.on_shutdown(shutdown_all)
         pool = _pools.get(key)
         if pool is None or pool._closed:
-            pool = _pools[key] = WarmPool(image, limits, pool_size, user, deadline_s)
+            pool = _pools[key] = WarmPool(image, limits, pool_size, user, deadline_s, workdir=workdir)
         elif pool_size > pool.size:
             pool.resize(pool_size)
         return pool
