@@ -47,30 +47,27 @@ class _Batch:
     """A padded micro-batch plus the flat positions of its loss tokens."""
 
     def __init__(self, samples: list[Sample], device: torch.device, pad_id: int) -> None:
-        width = max(s.n_tokens for s in samples)
+        lengths = [s.n_tokens for s in samples]
+        width = max(lengths)
         ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-        attn = torch.zeros((len(samples), width), dtype=torch.long)
-        rows, cols, old, adv, sidx = [], [], [], [], []
+        rows, cols, old, adv = [], [], [], []
         for b, s in enumerate(samples):
-            seq = s.prompt_ids + s.response_ids
-            ids[b, : len(seq)] = torch.tensor(seq)
-            attn[b, : len(seq)] = 1
-            p = len(s.prompt_ids)
-            for j, m in enumerate(s.loss_mask):
-                if m:
-                    rows.append(b)
-                    cols.append(p + j - 1)  # the hidden state that predicts response token j
-                    old.append(s.old_logprobs[j])
-                    adv.append(s.advantages[j])
-                    sidx.append(b)
-        self.ids, self.attn = ids.to(device), attn.to(device)
-        self.rows = torch.tensor(rows, dtype=torch.long, device=device)
-        self.cols = torch.tensor(cols, dtype=torch.long, device=device)
+            ids[b, : lengths[b]] = torch.tensor(s.prompt_ids + s.response_ids)
+            keep = torch.tensor(s.loss_mask, dtype=torch.bool)
+            j = keep.nonzero().squeeze(-1)
+            rows.append(torch.full_like(j, b))
+            cols.append(j + len(s.prompt_ids) - 1)  # the hidden state that predicts response token j
+            old.append(torch.tensor(s.old_logprobs, dtype=torch.float32)[keep])
+            adv.append(torch.tensor(s.advantages, dtype=torch.float32)[keep])
+        self.ids = ids.to(device)
+        # no padding -> no mask, so attention keeps its causal fast path
+        self.attn = None
+        if min(lengths) < width:
+            self.attn = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long().to(device)
+        self.rows, self.cols = torch.cat(rows).to(device), torch.cat(cols).to(device)
         self.targets = self.ids[self.rows, self.cols + 1]
-        self.old = torch.tensor(old, dtype=torch.float32, device=device)
-        self.adv = torch.tensor(adv, dtype=torch.float32, device=device)
-        self.sample_index = torch.tensor(sidx, dtype=torch.long, device=device)
-        self.n_tokens = int(attn.sum())
+        self.old, self.adv = torch.cat(old).to(device), torch.cat(adv).to(device)
+        self.n_tokens = sum(lengths)
 
 
 class TorchLearner:
@@ -157,7 +154,7 @@ class TorchLearner:
                         ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
             logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
             loss, stats = ppo_loss(
-                logp, batch.old, batch.adv, torch.ones_like(logp), batch.sample_index, len(samples),
+                logp, batch.old, batch.adv, torch.ones_like(logp), batch.rows, len(samples),
                 self.eps_low, self.eps_high, ref, self.kl_coef, entropy,
             )
             loss.backward()
