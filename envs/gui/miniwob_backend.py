@@ -75,7 +75,8 @@ def elements_from_dom(dom: dict[str, Any], width: int, height: int) -> list[Elem
         value = node.get("value")
         checked = value if isinstance(value, bool) else None
         listed = visible and parent is not None and (
-            text or role in _INTERACTIVE or value is not None or node.get("focused") or not children
+            text or role in _INTERACTIVE or value is not None or node.get("focused")
+            or not children and w >= 8 and h >= 8  # shapes and swatches, not borders or handles
         )
         if listed:
             label = ""
