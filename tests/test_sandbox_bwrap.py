@@ -253,3 +253,18 @@ def test_bad_arguments_are_clear_errors(sb):
         open_sandbox("bwrap", image="debian:bookworm")
     with pytest.raises(ValueError):
         sb.exec("true", timeout=0)
+
+
+def test_sandbox_outlives_the_thread_that_opened_it():
+    import threading
+
+    made: list[Sandbox] = []
+    t = threading.Thread(target=lambda: made.append(open_sandbox("bwrap")))
+    t.start()
+    t.join(30)
+    box = made[0]
+    try:
+        time.sleep(0.2)
+        assert box.is_alive() and box.exec("echo up").stdout == "up\n"
+    finally:
+        box.close()

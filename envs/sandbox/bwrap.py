@@ -14,12 +14,13 @@ size (`disk_mb`), no core files. Where a cgroup hierarchy is writable (v1 or v2)
 also put in a cgroup with the memory, pids and CPU (`cpus`) limits; elsewhere CPU is not capped.
 
 Cleanup. `--die-with-parent` ties the holder to the thread that started it (Linux's
-parent-death signal); `close()` kills it, and with it every process in its pid namespace; an
+parent-death signal), so one long-lived thread starts every holder; `close()` kills it, and with it every process in its pid namespace; an
 atexit hook and a SIGTERM handler close what is still open.
 """
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import io
 import json
 import os
@@ -45,6 +46,7 @@ _ETC = (
 )
 _ROOT_DIRS = ("bin", "lib", "lib32", "lib64", "libx32", "sbin")
 _MISSING_FILE = 44  # exit code read_file's command uses for "no such file"
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bwrap-spawn")
 
 
 def _root_args(image: str | None) -> list[str]:
@@ -160,10 +162,12 @@ class BwrapSandbox:
         # on stdout once its root is set up, and then only sleeps.
         args += ["--chdir", self.workdir, "--clearenv", "/bin/sh", "-c", "echo ready; exec sleep infinity"]
         try:
-            self._holder = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(info_w, passwd, group), start_new_session=True,
-            )
+            # Started from one long-lived thread: --die-with-parent fires when the *thread* that
+            # forked bwrap exits, and callers run in worker threads that come and go.
+            self._holder = _SPAWNER.submit(
+                subprocess.Popen, args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, pass_fds=(info_w, passwd, group), start_new_session=True,
+            ).result()
         finally:
             for fd in (info_w, passwd, group):
                 os.close(fd)
