@@ -162,7 +162,7 @@ def test_weight_update_over_http_under_load(tmp_path):
 
     async def go():
         async with SGLangClient(handle.url, timeout=60) as client:
-            sp = SamplingParams(max_new_tokens=30, stop_token_ids=[])
+            sp = SamplingParams(max_new_tokens=30)
             first = [asyncio.create_task(client.generate(prompt, sp)) for _ in range(6)]
             await asyncio.sleep(0.05)
             update = asyncio.create_task(client.update_weights(str(tmp_path / "ckpt"), weight_version=7))

@@ -89,9 +89,9 @@ class Engine:
     """In-process PolicyClient over a transformers model (see the module docstring)."""
 
     def __init__(self, model_name_or_path: str = "tiny", dtype: str = "auto", device: str = "cpu",
-                 max_batch: int = 32, seed: int = 0, idle_wait_s: float = 0.05) -> None:
-        model, tokenizer = load_model(model_name_or_path, dtype=dtype, seed=seed)
-        self.model = model.to(device)
+                 max_batch: int = 32, seed: int = 0, idle_wait_s: float = 1.0) -> None:
+        model, tokenizer = load_model(model_name_or_path, dtype=dtype, seed=seed, device=device)
+        self.model = model
         self.tokenizer = tokenizer
         self.model_path = model_name_or_path
         self.device = torch.device(device)
@@ -107,7 +107,7 @@ class Engine:
         self._pending: queue.Queue[_Seq | _Swap] = queue.Queue()
         self._wake = threading.Event()
         self._closed = threading.Event()
-        self._idle_wait_s = idle_wait_s
+        self._idle_wait_s = idle_wait_s  # every submit and close sets _wake, so this only bounds a lost wake-up
         self._thread = threading.Thread(target=self._loop, name="engine-worker", daemon=True)
         self._thread.start()
 

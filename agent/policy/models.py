@@ -43,18 +43,19 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def load_model(name_or_path: str, dtype: str = "auto", seed: int = 0) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Return (model in eval mode on CPU, tokenizer) for `tiny`, `smollm2` or a local HF folder."""
-    torch_dtype = resolve_dtype(dtype)
+def load_model(name_or_path: str, dtype: str = "auto", seed: int = 0,
+               device: str = "cpu") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Return (model in eval mode on `device`, tokenizer) for `tiny`, `smollm2` or a local HF folder."""
+    torch_dtype = resolve_dtype(dtype, device)
     if name_or_path == "tiny":
         model, tok = tiny_model(seed)
-        return model.to(torch_dtype).eval(), tok
+        return model.to(device=device, dtype=torch_dtype).eval(), tok
     path = smollm2_dir() if name_or_path == "smollm2" else Path(name_or_path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model {name_or_path!r}: no config.json in {path} (expected tiny, smollm2 or a local HF folder)")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    return model.eval(), tok
+    return model.to(device).eval(), tok
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> None:
