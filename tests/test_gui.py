@@ -17,7 +17,7 @@ import pytest
 import envs.base  # noqa: F401  (registers openclaw/GUI-v0)
 from envs.gui.browser import CHROMIUM_ARGS, BrowserPool
 from envs.gui.env import GuiEnv
-from envs.gui.procs import browser_pids, owner_prefix
+from envs.gui.procs import browser_pids, kill_marked, owner_prefix
 from envs.gui.screen import image_content_part
 from envs.gui.tasks import SOLVERS, TASKS
 
@@ -151,6 +151,18 @@ def test_browser_is_reused_across_episodes(env):
         env.reset(options={"task_id": task})
         assert env.backend.browser is browser
     assert len(env.pool) == 1
+
+
+def test_dead_browser_is_infra_error_then_replaced(env):
+    env.reset(seed=8, options={"task_id": "enter-text"})
+    marker = env.backend.browser.marker
+    kill_marked(marker)  # the browser dies under the agent
+    obs, reward, term, trunc, info = env.step("scroll(0, 10)")
+    assert info["status"] == "infra_error" and trunc and not term and info["outcome"] is None
+    assert obs in env.observation_space and obs["text"].startswith("The browser failed")
+    assert browser_pids(marker) == set()
+    reward, _ = _run_oracle(env, "enter-text", seed=9)  # the next episode gets a fresh browser
+    assert reward == 1.0 and env.backend.browser.marker != marker
 
 
 def test_check_env_passes():

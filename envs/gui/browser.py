@@ -8,6 +8,7 @@ runner dies without running any of those, by the reaper process (envs/gui/reaper
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import shutil
@@ -16,7 +17,13 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
+
+import urllib3
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
 
 from envs.gui import reaper
 from envs.gui.procs import MARKER_VAR, kill_marked, owner_prefix, sweep_orphans
@@ -46,6 +53,17 @@ class BrowserError(RuntimeError):
     """The browser or its driver failed (the env reports infra_error)."""
 
 
+@contextlib.contextmanager
+def driver_errors(what: str) -> Iterator[None]:
+    """Turn a failing driver into BrowserError: an error it reports, or (when chromedriver is
+    dead) the refused HTTP connection underneath."""
+    try:
+        yield
+    except (WebDriverException, urllib3.exceptions.HTTPError, OSError) as e:
+        msg = getattr(e, "msg", None) or f"{type(e).__name__}: {e}"
+        raise BrowserError(f"{what} failed: {msg}") from e
+
+
 _counter = itertools.count(1)
 _swept = False
 
@@ -56,9 +74,6 @@ class Browser:
     def __init__(self, command_timeout_s: float = 30.0) -> None:
         global _swept
         configure_env()
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
         if not _swept:  # browsers left by a runner that died with its reaper
             sweep_orphans()
             _swept = True
@@ -90,37 +105,21 @@ class Browser:
 
     def run(self, script: str, *args: Any) -> Any:
         """Run JavaScript in the page; a driver failure becomes BrowserError."""
-        from selenium.common.exceptions import WebDriverException
-
-        try:
+        with driver_errors("browser command"):
             return self.driver.execute_script(script, *args)
-        except WebDriverException as e:
-            raise BrowserError(f"browser command failed: {e.msg or type(e).__name__}") from e
 
     def open(self, url: str, ready_script: str, timeout_s: float = 10.0) -> None:
         """Load `url` (if not already there) and wait until `ready_script` returns true."""
-        from selenium.common.exceptions import WebDriverException
-
         if url != self.url:
             self.url = None
-            try:
+            with driver_errors(f"opening {url}"):
                 self.driver.get(url)
-            except WebDriverException as e:
-                raise BrowserError(f"could not open {url}: {e.msg or type(e).__name__}") from e
         deadline = time.monotonic() + timeout_s
         while not self.run(ready_script):
             if time.monotonic() > deadline:
                 raise BrowserError(f"page {url} was not ready after {timeout_s} s")
             time.sleep(0.02)
         self.url = url
-
-    def screenshot_png(self) -> bytes:
-        from selenium.common.exceptions import WebDriverException
-
-        try:
-            return self.driver.get_screenshot_as_png()
-        except WebDriverException as e:
-            raise BrowserError(f"screenshot failed: {e.msg or type(e).__name__}") from e
 
     def alive(self) -> bool:
         try:

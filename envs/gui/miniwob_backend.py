@@ -16,8 +16,9 @@ from miniwob.constants import TASK_HEIGHT, TASK_WIDTH, WEBDRIVER_SPECIAL_KEYS
 from miniwob.fields import get_field_extractor
 from miniwob.screenshot import get_screenshot, pil_to_numpy_array
 from miniwob.selenium_actions import execute_click_coords, execute_press_key, execute_type_text
+from selenium.webdriver.common.action_chains import ActionChains
 
-from envs.gui.browser import Browser, BrowserError, BrowserPool
+from envs.gui.browser import Browser, BrowserError, BrowserPool, driver_errors
 from envs.gui.commands import ActionError, Command
 from envs.gui.screen import Element, Screen
 
@@ -137,7 +138,8 @@ class MiniwobBackend:
         if isinstance(utterance, dict):  # some tasks report their fields themselves
             utterance = utterance.get("utterance", "")
         width, height = self.screen_size
-        image = get_screenshot(self.browser.driver, *self.browser.inner_size, width, height)
+        with driver_errors("screenshot"):
+            image = get_screenshot(self.browser.driver, *self.browser.inner_size, width, height)
         return Screen(
             instruction=utterance,
             elements=elements_from_dom(state["dom"], width, height),
@@ -150,16 +152,14 @@ class MiniwobBackend:
 
     def perform(self, cmd: Command, screen: Screen) -> None:
         """Carry a checked command out (refs exist, coordinates are on screen)."""
-        from selenium.common.exceptions import WebDriverException
-
         driver = self.browser.driver
-        try:
+        width, height = self.screen_size
+        with driver_errors(str(cmd)):
             if cmd.name in ("click", "type"):
                 element = screen.find(cmd.args[0])
                 x, y = element.center
                 # A real pointer click at the element's center (focus and mouse events fire as
                 # for a user); one whose center is off screen is clicked the way miniwob does.
-                width, height = self.screen_size
                 if 0 <= x < width and 0 <= y < height or element.ref < 0:
                     execute_click_coords(x, y, driver)
                 elif self.browser.run("return core.elementClick(arguments[0]);", element.ref) is not True:
@@ -171,14 +171,9 @@ class MiniwobBackend:
             elif cmd.name == "key":
                 execute_press_key(key_to_miniwob(cmd.args[0]), driver)
             elif cmd.name == "scroll":
-                from selenium.webdriver.common.action_chains import ActionChains
-
                 chain = ActionChains(driver)
-                width, height = self.screen_size
                 chain.w3c_actions.wheel_action.scroll(x=width // 2, y=height // 2, delta_x=int(cmd.args[0]), delta_y=int(cmd.args[1]))
                 chain.w3c_actions.perform()
-        except WebDriverException as e:
-            raise BrowserError(f"{cmd} failed in the browser: {e.msg or type(e).__name__}") from e
 
     def finish(self) -> float:
         """The agent said done(): the outcome is the page's reward, or a failure if the task
