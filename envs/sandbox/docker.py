@@ -8,9 +8,10 @@ sandbox (at 128 sandboxes the harness must stay near the bare socket loop's rate
 
 A command past its timeout (or flooding output) is killed by a helper exec that SIGKILLs every
 process of the container started since the command began, except the shell: background jobs of
-earlier commands live on (unless started in the same clock tick, 10 ms, as the killed command). If the shell itself does not answer then (a builtin loop, `exec >f`),
-it is killed and restarted on the next command, whose result says shell_restarted. If even the
-helper cannot run (a fork bomb holds every pid), the container is restarted: files stay.
+earlier commands live on (unless started in the same 10 ms clock tick as the killed command).
+If the shell itself does not answer then (a builtin loop, `exec >f`), it is killed and restarted
+on the next command, whose result says shell_restarted. If even the helper cannot run (a fork
+bomb holds every pid), the container is restarted: files stay.
 
 A container that stops, or a daemon error, raises SandboxError (the env reports infra_error).
 Containers run with no network, the image's non-root user `agent`, an init, every capability
@@ -35,8 +36,8 @@ import requests
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import (
-    _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, exec_result, frame_command,
-    bash_quote, kill_threshold,
+    _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
+    exec_result, frame_command, kill_threshold,
 )
 
 DEFAULT_USER = "agent"
@@ -46,9 +47,9 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _disk_quota: bool | None = None  # whether the engine can cap disk per container (Limits.disk_mb)
 
 # Runs inside the container (as the sandbox user) to kill what a command started: every process
-# started at or after the command (clock ticks since boot, shared with the host kernel) except
-# pid 1, the shell (argv[1]; 0 = kill the shell too) and itself. Repeats while it finds any, so
-# children forked during a pass die too.
+# started at or after the command (argv[2], clock ticks since boot: the host kernel's clock)
+# except pid 1, itself and the shell (argv[1]; killed too when argv[3] is "1"). Repeats while it
+# finds any, so children forked during a pass die too.
 _KILL_PY = r"""
 import os, signal, sys
 shell, t0, kill_shell, me = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", os.getpid()
@@ -152,6 +153,7 @@ class DockerSandbox:
         self._api = client().api
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
+        self._raw: Any = None  # the SocketIO over _sock: holding it keeps the connection open
         self._exec_id = ""
         self._shell_pid = 0
         self._uid = self._gid = 0
@@ -174,7 +176,7 @@ class DockerSandbox:
         except API_ERRORS as e:
             raise self._infra_error(f"cannot start the shell: {e}") from e
         self._sock = getattr(raw, "_sock", raw)  # the plain socket under the SocketIO wrapper
-        self._raw = raw  # keeps the HTTP response (and so the connection) alive
+        self._raw = raw
         self._rbuf.clear()
         self._token = "__OCM_" + secrets.token_hex(8)
         self._seq = 0
@@ -186,10 +188,12 @@ class DockerSandbox:
         try:
             self._shell_pid, self._uid, self._gid = (int(x) for x in r.stdout.split())
         except ValueError:
+            self._close_shell()
             raise self._infra_error(f"the shell did not start: {r.stdout[:200]!r} {r.stderr[:200]!r}") from None
         if self._make_workdir:
             self._ensure_dir(self.workdir)
-            if not self._run_raw(f"builtin cd -- {bash_quote(self.workdir)}", 10.0, 4096, kill=False).exit_code == 0:
+            if self._run_raw(f"builtin cd -- {bash_quote(self.workdir)}", 10.0, 4096, kill=False).exit_code != 0:
+                self._close_shell()
                 raise self._infra_error(f"cannot enter the work dir {self.workdir}")
 
     def _close_shell(self) -> None:

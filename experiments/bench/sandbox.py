@@ -1,18 +1,20 @@
 """`python -m experiments.bench sandbox`: the Docker sandbox harness against the bare socket loop.
 
-At each concurrency (default 1, 32, 128) the same containers run `echo hi` in a loop for a few
-seconds, two ways, alternated (raw, harness, raw, harness) so both see the same machine:
+At each concurrency (default 1, 32, 128) the same containers run `echo hi` in a loop, two ways,
+in short adjacent pairs of alternating order, so both see the same machine:
 - raw: a second bash per container opened straight on the exec socket, sent the same framed
   line (shell.py's frame_command: eval + stdout and stderr end markers) with frames parsed
   inline and nothing else: the floor of this protocol;
 - harness: `DockerSandbox.exec` (captures, caps, timeouts, result objects).
-Also: warm-pool acquire latency (p50/p99, pool refilled between acquires) and the daemon's
-container create+start rate with several threads.
+Also: each side's CPU time in this process per command (the harness's own cost, which other
+jobs' load blurs less than rates), warm-pool acquire latency (p50/p99, the pool refilled
+between acquires) and the daemon's container create+start rate with several threads.
 Goals (issue 4): harness >= 0.8x raw at 128; warm acquire p50 < 20 ms.
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import socket
 import statistics
 import threading
@@ -31,22 +33,23 @@ LIMITS = Limits(memory_mb=256, pids=128, cpus=1.0)
 RAW_LINE = frame_command("echo hi", "RAWM")  # the harness's own framing, built once
 
 
-def _raw_open(cid: str, user: str) -> socket.socket:
+def _raw_open(cid: str, user: str) -> socket.SocketIO:
     """A second bash in the container on its own exec socket, answered once (so runc's exec
     start-up is not inside the timed loop, as the harness's shells are started in advance)."""
     api = client().api
     ex = api.exec_create(cid, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
                          tty=False, user=user)["Id"]
-    sock = api.exec_start(ex, socket=True)._sock
-    sock.settimeout(60)
-    sock.sendall(SHELL_INIT)
-    _raw_loop(sock, 0.0, None)
-    return sock
+    conn = api.exec_start(ex, socket=True)  # a SocketIO: kept, or its finaliser closes the socket
+    conn._sock.settimeout(60)
+    conn._sock.sendall(SHELL_INIT)
+    _raw_loop(conn, 0.0, None)
+    return conn
 
 
-def _raw_loop(sock: socket.socket, seconds: float, start: threading.Barrier | None) -> int:
+def _raw_loop(conn: socket.SocketIO, seconds: float, start: threading.Barrier | None) -> int:
     """The persistent-shell loop written bare against the Docker socket; returns commands done
     (at least one)."""
+    sock = conn._sock
     buf = bytearray()
     n = 0
     if start is not None:
@@ -81,12 +84,21 @@ def _harness_loop(sb: DockerSandbox, seconds: float, start: threading.Barrier) -
     return n
 
 
-def _rate(fn, args_list: list[tuple], seconds: float) -> float:
-    """Commands per second of `fn` run by one thread per args tuple, started together."""
-    start = threading.Barrier(len(args_list))
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _rate(fn, args_list: list[tuple], seconds: float) -> tuple[float, float]:
+    """(commands per second, this process's CPU microseconds per command) of `fn` run by one
+    thread per args tuple, started together."""
+    start = threading.Barrier(len(args_list) + 1)
     with ThreadPoolExecutor(len(args_list)) as ex:
         futs = [ex.submit(fn, *a, seconds, start) for a in args_list]
-        return sum(f.result(timeout=seconds + 120) for f in futs) / seconds
+        start.wait()
+        cpu0 = _cpu_s()
+        n = sum(f.result(timeout=seconds + 120) for f in futs)
+        return n / seconds, 1e6 * (_cpu_s() - cpu0) / max(n, 1)
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -124,8 +136,8 @@ def create_rate(image: str, n: int = 24, threads: int = 8) -> dict:
 def main(argv: list[str]) -> dict:
     ap = argparse.ArgumentParser(prog="python -m experiments.bench sandbox")
     ap.add_argument("--counts", default="1,32,128", help="concurrent sandboxes, comma-separated")
-    ap.add_argument("--seconds", type=float, default=3.0, help="per measurement")
-    ap.add_argument("--rounds", type=int, default=3, help="raw/harness alternations per count")
+    ap.add_argument("--seconds", type=float, default=1.5, help="per measurement")
+    ap.add_argument("--rounds", type=int, default=8, help="raw/harness pairs per count")
     args = ap.parse_args(argv)
     if not engine_available():
         raise SystemExit("no Docker engine answers: run scripts/setup.sh (as root) first")
@@ -142,19 +154,25 @@ def main(argv: list[str]) -> dict:
                 socks = list(ex.map(lambda sb: _raw_open(sb.id, sb.user), held))
             raw, harness = [], []
             try:
-                for _ in range(args.rounds):  # adjacent pairs: both sides see the same machine
-                    raw.append(_rate(_raw_loop, [(s,) for s in socks], args.seconds))
-                    harness.append(_rate(_harness_loop, [(sb,) for sb in held], args.seconds))
+                # Short adjacent pairs in alternating order: both sides see the same machine
+                # (other jobs' load swings over seconds), neither always goes first.
+                for i in range(args.rounds):
+                    pair = [(raw, _raw_loop, [(s,) for s in socks]), (harness, _harness_loop, [(sb,) for sb in held])]
+                    for out, fn, fn_args in pair[:: 1 if i % 2 == 0 else -1]:
+                        out.append(_rate(fn, fn_args, args.seconds))
             finally:
-                for s in socks:
-                    s.close()
+                for conn in socks:
+                    conn._sock.close()
+                    conn.close()
         finally:
             for sb in held:
                 sb.close()
-        result[f"raw_cmds_per_s_{n}"] = round(statistics.mean(raw), 1)
-        result[f"harness_cmds_per_s_{n}"] = round(statistics.mean(harness), 1)
+        result[f"raw_cmds_per_s_{n}"] = round(statistics.mean(r for r, _ in raw), 1)
+        result[f"harness_cmds_per_s_{n}"] = round(statistics.mean(h for h, _ in harness), 1)
         # The median of per-pair ratios: robust to other jobs' load swinging between pairs.
-        result[f"harness_vs_raw_{n}"] = round(statistics.median(h / r for h, r in zip(harness, raw)), 3)
+        result[f"harness_vs_raw_{n}"] = round(statistics.median(h[0] / r[0] for h, r in zip(harness, raw)), 3)
+        result[f"raw_cpu_us_per_cmd_{n}"] = round(statistics.median(c for _, c in raw), 1)
+        result[f"harness_cpu_us_per_cmd_{n}"] = round(statistics.median(c for _, c in harness), 1)
     pool.shutdown()
     top = max(counts)
     result["goal_harness_ge_0.8x_raw_at_max"] = result[f"harness_vs_raw_{top}"] >= 0.8
