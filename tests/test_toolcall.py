@@ -240,3 +240,11 @@ def test_python_tool_on_docker_backend():
         assert info["status"] == "env_error" and "not allowed" in obs
     finally:
         e.close()
+
+
+def test_answer_check_in_a_worker_thread_is_quiet(caplog):
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(is_equivalent, "7/2", "3.5").result()
+    assert not [r for r in caplog.records if "Timeout" in r.getMessage()]

@@ -1,11 +1,24 @@
 """Final answers: read from the last `\\boxed{...}`, checked against the reference with math-verify."""
 from __future__ import annotations
 
+import logging
 import threading
 
 from math_verify import parse, verify
 
 MAX_ANSWER_CHARS = 300  # longer "answers" are not worth a symbolic check (and could stall sympy)
+
+
+class _NoTimeoutWarning(logging.Filter):
+    """math-verify warns on every call made without its SIGALRM timeout (any worker thread);
+    answers are bounded by MAX_ANSWER_CHARS instead, so the warning is only noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.grader", "math_verify.parser"):
+    logging.getLogger(_name).addFilter(_NoTimeoutWarning())
 
 
 def extract_boxed(text: str) -> str | None:
