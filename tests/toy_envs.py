@@ -74,3 +74,24 @@ class ChatterEnv(AgentEnv):
         ns = NextState(role, f"turn {self.turn} heard {len(action)} characters", "tool_result" if role == "tool" else "user_reply")
         last = self.turn + 1 >= self.max_turns
         return StepResult(ns, done=last, outcome=(1.0 if self.seen_digit else -1.0) if last else None)
+
+
+class FirstCharEnv(AgentEnv):
+    """One turn: +1 when the reply starts with a lowercase ASCII letter, else -1. A random
+    byte-level model hits it about one time in ten, so a learner has something to find.
+    The next state carries the verdict (and a hint) for the rules judge."""
+
+    def __init__(self, max_turns: int = 1) -> None:
+        super().__init__(max_turns=max_turns)
+
+    def task_ids(self) -> list[str]:
+        return ["say"]
+
+    def load_task(self, task_id: str) -> Task:
+        return Task(task_id, "Say a word.", oracle=["hello"])
+
+    def _act(self, action: str) -> StepResult:
+        ok = action[:1].isascii() and action[:1].islower()
+        ns = NextState("user", "Nice." if ok else "Start with a lowercase letter.", "user_reply",
+                       {"verdict": 1 if ok else -1, "hint": "" if ok else "Begin the reply with a lowercase letter such as 'a'."})
+        return StepResult(ns, done=True, outcome=1.0 if ok else -1.0)
