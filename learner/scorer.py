@@ -95,14 +95,20 @@ class NextStateScorer:
     async def _prm(self, turn: Turn) -> dict[str, Any] | None:
         if not self.use_prm:
             return None
-        votes = await self.judge.prm_votes(turn, self.m)
+        try:
+            votes = await self.judge.prm_votes(turn, self.m)
+        except Exception as e:  # a broken judge gives no vote; scoring never raises
+            return {"votes": [], "score": 0, "texts": [], "error": f"judge: {type(e).__name__}: {e}"}
         scores = [v.score for v in votes]
         return {"votes": scores, "score": majority_vote(scores), "texts": [v.text for v in votes]}
 
     async def _opd(self, turn: Turn) -> dict[str, Any] | None:
         if not self.use_opd:
             return None
-        votes: list[Vote] = await self.judge.hint_votes(turn, self.m)
+        try:
+            votes: list[Vote] = await self.judge.hint_votes(turn, self.m)
+        except Exception as e:
+            return {"votes": [], "hints": [], "texts": [], "hint": "", "accepted": False, "error": f"judge: {type(e).__name__}: {e}"}
         hint, accepted = select_hint([(v.score, v.hint) for v in votes])
         opd: dict[str, Any] = {
             "votes": [v.score for v in votes],

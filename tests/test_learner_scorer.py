@@ -215,3 +215,18 @@ def test_teacher_failure_drops_the_hint_not_the_run():
     assert turn.opd["accepted"] is False and "teacher" in turn.opd["error"]
     assert "teacher_logprobs" not in turn.opd
 
+
+
+def test_a_broken_judge_never_breaks_scoring():
+    def rule(turn):
+        raise KeyError("verdict")
+
+    tok_renderer = ChatRenderer(byte_tokenizer())
+
+    async def go():
+        async with SGLangClient("http://127.0.0.1:9", retries=0) as dead:
+            return await NextStateScorer(RulesJudge(rule), dead, tok_renderer, mode="combine").score(make_turn())
+
+    turn = asyncio.run(go())
+    assert turn.prm["score"] == 0 and "KeyError" in turn.prm["error"]
+    assert turn.opd["accepted"] is False and "KeyError" in turn.opd["error"]
