@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _uid_procs(uid: int) -> list[int]:
-    return [pid for pid, _ppid, u in _processes() if u == uid]
+    return [p.pid for p in _processes() if p.uid == uid]
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,11 @@ def test_timeout_kills_the_command_not_the_shell(sb):
     r = sb.exec("sleep 100; sleep 100; echo next", timeout=0.5)  # the rest of the list is killed too
     assert r.timed_out
     assert not sb.exec("true").shell_restarted
+    sb.exec("sleep 60 & echo $! > /tmp/bg.pid")
+    time.sleep(0.05)
+    assert sb.exec("sleep 100", timeout=0.5).timed_out
+    assert sb.exec("kill -0 $(cat /tmp/bg.pid)").exit_code == 0, "an earlier background job survives"
+    sb.exec("kill $(cat /tmp/bg.pid)")
     sb.exec("cd ~")
 
 

@@ -13,6 +13,10 @@ RLIMIT_NPROC binds only a non-root uid, and a uid per sandbox makes the count pe
 size (`disk_mb`), no core files. Where a cgroup hierarchy is writable (v1 or v2) the shell is
 also put in a cgroup with the memory, pids and CPU (`cpus`) limits; elsewhere CPU is not capped.
 
+Timeouts. A command past its timeout (or flooding output) is killed from the host: every
+process of the sandbox's uid started since the command began, except the shell; a builtin loop
+in the shell itself gets the shell restarted (the next ExecResult says shell_restarted).
+
 Cleanup. `--die-with-parent` ties the holder to the thread that started it (Linux's
 parent-death signal), so one long-lived thread starts every holder; `close()` kills it, and with it every process in its pid namespace; an
 atexit hook and a SIGTERM handler close what is still open.
@@ -32,7 +36,7 @@ import tarfile
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 from envs.sandbox import cgroups
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
@@ -130,6 +134,7 @@ class BwrapSandbox:
         self._shell: subprocess.Popen | None = None
         self._session: ShellSession | None = None
         self._restarted = False  # tell the next ExecResult that the shell was restarted
+        self._cmd_ticks = 0  # when the current command began (clock ticks since boot)
         self._cgroup: cgroups.Group | None = None
         self._closed = False
         _track(self)
@@ -227,9 +232,9 @@ class BwrapSandbox:
     def _shell_pid(self) -> int:
         """The bash's host pid: nsenter's only child (nsenter forks to enter the pid namespace)."""
         assert self._shell is not None
-        for pid, ppid, _uid in _processes():
-            if ppid == self._shell.pid:
-                return pid
+        for p in _processes():
+            if p.ppid == self._shell.pid:
+                return p.pid
         return self._shell.pid
 
     def _stop_shell(self) -> None:
@@ -243,10 +248,13 @@ class BwrapSandbox:
                 f.close()
 
     def _kill_command(self, keep_shell: bool = True) -> None:
-        """SIGKILL everything the sandbox user runs except the shell, until nothing is left."""
+        """SIGKILL what the current command started (every process of the sandbox's uid that
+        began since it did, except the shell), until nothing is left. Background jobs of earlier
+        commands live on. With keep_shell=False: everything, the shell included."""
         spare = self._shell.pid if (keep_shell and self._shell is not None) else -1
+        since = self._cmd_ticks if keep_shell else 0
         for _ in range(50):  # a fork bomb respawns while we kill; the pids limit bounds it
-            victims = [pid for pid, ppid, uid in _processes() if uid == self.uid and ppid != spare]
+            victims = [p.pid for p in _processes() if p.uid == self.uid and p.ppid != spare and p.start >= since]
             if not victims:
                 return
             for pid in victims:
@@ -274,6 +282,7 @@ class BwrapSandbox:
             self._ensure_shell()
             restarted, self._restarted = self._restarted, False
             assert self._session is not None
+            self._cmd_ticks = _boot_ticks()
             raw = self._session.run(command, timeout, max(max_output, 1), workdir, stdin_data)
             if raw.shell_exited and self._shell is not None and raw.exit_code is None and not raw.timed_out:
                 try:  # the command ended the shell (`exit 3`): report the shell's status
@@ -359,8 +368,23 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, ppid, uid) of every process on the host."""
+class _Proc(NamedTuple):
+    pid: int
+    ppid: int
+    uid: int
+    start: int  # clock ticks since boot
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _boot_ticks() -> int:
+    with open("/proc/uptime") as f:
+        return int(float(f.read().split()[0]) * _TICKS_PER_S)
+
+
+def _processes() -> list[_Proc]:
+    """Every process on the host."""
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -371,8 +395,8 @@ def _processes() -> list[tuple[int, int, int]]:
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(b")") + 2 :].split(b" ", 2)[1])
-        out.append((int(name), ppid, uid))
+        fields = stat[stat.rindex(b")") + 2 :].split(b" ")  # fields from the 3rd (state) on
+        out.append(_Proc(int(name), int(fields[1]), uid, int(fields[19])))
     return out
 
 
