@@ -18,8 +18,9 @@ process of the sandbox's uid started since the command began, except the shell; 
 in the shell itself gets the shell restarted (the next ExecResult says shell_restarted).
 
 Cleanup. `--die-with-parent` ties the holder to the thread that started it (Linux's
-parent-death signal), so one long-lived thread starts every holder; `close()` kills it, and with it every process in its pid namespace; an
-atexit hook and a SIGTERM handler close what is still open.
+parent-death signal), so one long-lived thread starts every holder. `close()` kills the holder,
+and with it every process in its pid namespace; an atexit hook and a SIGTERM handler close what
+is still open; cgroups a crashed run left are removed at the next start.
 """
 from __future__ import annotations
 
