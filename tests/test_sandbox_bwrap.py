@@ -253,6 +253,14 @@ def test_runner_killed_leaves_nothing(sig, tmp_path):
     assert not _uid_procs(uid)
 
 
+def test_an_image_directory_becomes_the_read_only_root(sb):
+    with open_sandbox("bwrap", image="/") as box:  # the host's own tree, as a stand-in rootfs
+        r = box.exec(f"test -d {ROOT} && echo has-repo; echo x > /opt-nope; id -u")
+        assert r.stdout.startswith("has-repo\n") and int(r.stdout.split()[-1]) != 0
+        assert "Read-only" in r.stderr or "Permission denied" in r.stderr
+    assert sb.exec(f"test -d {ROOT} || echo no-repo").stdout == "no-repo\n"
+
+
 def test_bad_arguments_are_clear_errors(sb):
     with pytest.raises(ValueError, match="root file system"):
         open_sandbox("bwrap", image="debian:bookworm")
