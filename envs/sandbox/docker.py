@@ -42,7 +42,7 @@ from envs.sandbox.shell import (
 
 DEFAULT_USER = "agent"
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
-_RECV = 1 << 18
+_RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _disk_quota: bool | None = None  # whether the engine can cap disk per container (Limits.disk_mb)
 

@@ -53,6 +53,14 @@ class _RateLimiter:
 
 _limiter = _RateLimiter(CREATE_RATE, CREATE_CONCURRENCY)
 _remover = ThreadPoolExecutor(4, thread_name_prefix="sandbox-remove")
+
+
+def _new_remover() -> None:  # a forked child inherits the executor but not its threads
+    global _remover
+    _remover = ThreadPoolExecutor(4, thread_name_prefix="sandbox-remove")
+
+
+os.register_at_fork(after_in_child=_new_remover)
 _pools: dict[tuple, WarmPool] = {}
 _pools_lock = threading.RLock()  # re-entered by the exit cleanup in a signal handler
 _swept_for_pid = 0
@@ -217,14 +225,14 @@ def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT
     key = (image, limits, user, workdir)
     with _pools_lock:
         if _swept_for_pid != os.getpid():
-            _swept_for_pid = os.getpid()
             _pools.clear()  # a forked child does not own its parent's pools
             try:
                 sweeper.sweep()
             except API_ERRORS as e:
                 raise SandboxError(f"Docker engine error: {e}") from e
-            sweeper.install_exit_cleanup()
+            _swept_for_pid = os.getpid()
             sweeper.on_shutdown(shutdown_all)
+        sweeper.install_exit_cleanup()  # again from the main thread if first called elsewhere
         pool = _pools.get(key)
         if pool is None or pool._closed:
             pool = _pools[key] = WarmPool(image, limits, pool_size, user, deadline_s, workdir=workdir)

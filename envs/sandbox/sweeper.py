@@ -29,7 +29,8 @@ REMOVE_THREADS = 16
 
 _identity: tuple[int, str] | None = None  # (pid, run id): a forked child gets a run of its own
 _shutdown_hooks: list[Callable[[], None]] = []
-_installed_for_pid = 0
+_atexit_pid = 0  # the process that registered the atexit cleanup
+_signals_pid = 0  # the process that installed the signal handlers
 _lock = threading.Lock()
 
 
@@ -139,16 +140,18 @@ def on_shutdown(hook: Callable[[], None]) -> None:
 
 
 def install_exit_cleanup() -> None:
-    """atexit + SIGINT/SIGTERM handlers that remove this run's containers (once per process)."""
-    global _installed_for_pid
-    with _lock:
-        if _installed_for_pid == os.getpid():
-            return
-        _installed_for_pid = os.getpid()
+    """atexit + SIGINT/SIGTERM handlers that remove this run's containers, once per process.
+    Signal handlers can only be set from the main thread: a call from another thread sets the
+    atexit part, and the next call from the main thread adds the handlers."""
+    global _atexit_pid, _signals_pid
     owner = os.getpid()
-    atexit.register(lambda: os.getpid() == owner and remove_all_mine())
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be set from the main thread; atexit still runs
+    with _lock:
+        if _atexit_pid != owner:
+            _atexit_pid = owner
+            atexit.register(lambda: os.getpid() == owner and remove_all_mine())
+        if _signals_pid == owner or threading.current_thread() is not threading.main_thread():
+            return
+        _signals_pid = owner
     for signum in (signal.SIGINT, signal.SIGTERM):
         previous = signal.getsignal(signum)
 
