@@ -1,0 +1,352 @@
+"""TerminalEnv (`openclaw/Terminal-v0`): shell tasks in a sandbox, graded by the task's tests.
+
+The agent acts with one tool call per turn:
+  bash(command, timeout?)  runs in the episode's persistent shell (cd and export persist); the
+                           next state (role "tool", kind "shell") is stdout, stderr, the exit code
+                           and the working directory; data = {exit_code, stdout, stderr, cwd,
+                           timed_out, truncated, verdict}.
+  submit()                 ends the episode: the task's tests/test.sh runs in the sandbox and
+                           writes a reward acc in [0, 1] to /logs/verifier/reward.txt (Harbor's
+                           convention); the outcome is 2*acc - 1 (kind "tests").
+At the turn limit (default 10) the last command is followed by the tests too, so every episode
+that is not cut by infrastructure gets the verifier's outcome.
+
+Statuses:
+  invalid_action  no tool call, a malformed one, an unknown tool, wrong or missing arguments, an
+                  empty command or one over `max_command_chars` (nothing runs).
+  env_error       the command ran but the tool's own limit stopped it: killed at its timeout
+                  (data.timed_out) or its output flood killed (data.truncated, exit_code None).
+                  The command's own doing, so it stays in training, but it did not finish.
+                  (Output merely cut to head+tail with the command finished is "ok".)
+  infra_error     the sandbox failed (container died, daemon error, setup or image build
+                  failed): not the agent's fault; the episode ends without an outcome.
+  timeout         the episode deadline (`episode_timeout_s`) passed before this action.
+
+Rules verdict (next_state.data["verdict"], read by the project's rules judge):
+  -1  the action failed: invalid action, a command with a non-zero exit code, killed at its
+      timeout or for flooding output;
+  +1  a command that exited 0;
+  at submit / the turn limit: +1 if acc == 1, -1 if acc == 0, 0 for partial credit.
+Progress on the checked outputs is not scored per step: the tests are hidden from the agent
+(copied in only at the end) and running them every turn would cost a verifier run per step.
+
+Backends: `sandbox="docker"` (default; tasks with environment/Dockerfile need it: the image is
+built once with no network and cached by content hash) or "bwrap" (tasks with setup.sh only;
+its root is read-only, so /tests and /logs/verifier live under /tmp/.verifier and test.sh's
+references to them are rewritten).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.base import AgentEnv, NextState, Status, StepResult, Task
+from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
+from envs.sandbox.shell import bash_quote
+from envs.terminal.tasks import BUNDLED, load_suite
+from envs.tool_calls import ParsedAction, function_schema, parse_action, render_tool_call
+
+SYSTEM_PROMPT = f"""You are working in a Linux terminal (bash, no network) to complete a task. \
+Use one tool call per turn. Run shell commands with the `bash` tool:
+{render_tool_call("bash", {"command": "ls -la"})}
+The shell persists between calls (cd and exported variables stay). A command may take an optional \
+"timeout" in seconds. When the task is done, call {render_tool_call("submit", {})} and the task's \
+tests will check the result."""
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # binary bytes that are not layout
+REWARD_PATH = "/logs/verifier/reward.txt"
+
+
+def _clean(text: str) -> str:
+    """Text safe to show a model: control bytes (binary output) become U+FFFD."""
+    return _CONTROL.sub("\ufffd", text)
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+def _verdict(acc: float) -> int:
+    return 1 if acc >= 1.0 else -1 if acc <= 0.0 else 0
+
+
+class TerminalEnv(AgentEnv):
+    """Shell episodes on Harbor-layout task folders; see the module docstring."""
+
+    def __init__(
+        self,
+        tasks_dir: str | None = None,
+        sandbox: str = "docker",
+        max_turns: int = 10,
+        command_timeout: float = 30.0,
+        max_command_timeout: float = 300.0,
+        episode_timeout_s: float = 1800.0,
+        max_output: int = 16_384,
+        max_obs_chars: int = 16_000,
+        max_command_chars: int = 100_000,
+        pool_size: int = 4,
+        memory_mb: int = 1024,
+    ):
+        super().__init__(max_turns=max_turns)
+        if sandbox not in ("docker", "bwrap"):
+            raise ValueError(f"sandbox must be 'docker' or 'bwrap', got {sandbox!r}")
+        self.backend = sandbox
+        self._tasks = load_suite(tasks_dir or BUNDLED)
+        # bwrap has no images: tasks that need a Dockerfile are left out of its task list.
+        self._ids = [t for t, task in self._tasks.items() if sandbox == "docker" or not task.meta["dockerfile"]]
+        self.command_timeout = float(command_timeout)
+        self.max_command_timeout = float(max_command_timeout)
+        self.episode_timeout_s = float(episode_timeout_s)
+        self.max_output = int(max_output)
+        self.max_obs_chars = int(max_obs_chars)
+        self.max_command_chars = int(max_command_chars)
+        self.pool_size = int(pool_size)
+        self.limits = Limits(memory_mb=int(memory_mb), pids=256, cpus=1.0, disk_mb=2048)
+        self._images: dict[str, str] = {}  # task dir -> built image tag
+        self._sb: Sandbox | None = None
+        self._broken: str | None = None  # why this episode's sandbox could not be set up
+        self._workdir = "/"
+        self._deadline = 0.0
+        self.sandbox_s = 0.0  # time spent waiting on the sandbox (benchmarks read it)
+
+    # ---- AgentEnv hooks ----------------------------------------------------------------
+    def task_ids(self) -> list[str]:
+        return list(self._ids)
+
+    def load_task(self, task_id: str) -> Task:
+        if task_id not in self._tasks:
+            raise KeyError(f"unknown terminal task {task_id!r}; known: {', '.join(self._ids[:5])}, ...")
+        if task_id not in self._ids:
+            raise ValueError(f"task {task_id!r} has an environment/Dockerfile: it needs sandbox='docker'")
+        return self._tasks[task_id]
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [
+            function_schema(
+                "bash", "Run a bash command in the task's terminal and return its output, exit code and working directory.",
+                {"command": {"type": "string", "description": "The command line (any bash, several lines allowed)."},
+                 "timeout": {"type": "number", "description": f"Seconds before the command is killed (default {self.command_timeout:g}, at most {self.max_command_timeout:g})."}},
+                ["command"],
+            ),
+            function_schema("submit", "Finish the task: its tests check the result.", {}, []),
+        ]
+
+    def _start(self, task: Task) -> NextState | None:
+        self._broken = None
+        self._deadline = time.monotonic() + self.episode_timeout_s
+        t0 = time.monotonic()
+        try:
+            self._sb = self._open(task)
+            self._workdir = self._sb.exec("builtin pwd", timeout=10.0).stdout.strip() or "/"
+            if task.meta["setup"]:
+                self._setup(task)
+        except (SandboxError, RuntimeError, OSError) as e:  # ImageError is a RuntimeError
+            self._broken = f"{type(e).__name__}: {e}"
+        finally:
+            self.sandbox_s += time.monotonic() - t0
+        return None
+
+    def _open(self, task: Task) -> Sandbox:
+        if self.backend == "bwrap":
+            return open_sandbox("bwrap", None, self.limits)
+        image = None
+        if task.meta["dockerfile"]:
+            from envs.sandbox.images import build_image  # needs the docker package: import lazily
+
+            key = task.meta["dir"]
+            if key not in self._images:
+                self._images[key] = build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}")
+            image = self._images[key]
+        return open_sandbox("docker", image, self.limits, pool_size=self.pool_size)
+
+    def _setup(self, task: Task) -> None:
+        assert self._sb is not None
+        stage = "/tmp/.task-env"
+        self._sb.copy_in(str(Path(task.meta["dir"]) / "environment"), stage)
+        r = self._sb.exec(f"(bash {stage}/setup.sh) </dev/null; rc=$?; rm -rf {stage}; (exit $rc)", timeout=120.0, max_output=8192)
+        if not r.ok:
+            raise SandboxError(f"setup.sh of {task.task_id} failed (exit {r.exit_code}): {_cap(r.stderr + r.stdout, 2000)}")
+
+    def _act(self, action: str) -> StepResult:
+        if self._broken is not None:
+            return self._infra(f"the task's sandbox could not be set up ({self._broken})")
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return StepResult(NextState("tool", f"Episode deadline of {self.episode_timeout_s:g}s passed.", "shell",
+                                        {"error": "episode deadline"}), Status.TIMEOUT)
+        parsed = parse_action(action)
+        call, error = self._one_call(parsed)
+        if error is not None:
+            return self._invalid(error)
+        if call.name == "submit":
+            return self._submit()
+        command, timeout, error = self._bash_args(call.arguments)
+        if error is not None:
+            return self._invalid(error)
+        result = self._run(command, min(timeout, max(left, 1.0)))
+        if result.status is Status.OK and self.turn + 1 >= self.max_turns:
+            return self._submit(prefix=result.next_state, why="turn limit reached")
+        return result
+
+    # ---- actions -----------------------------------------------------------------------
+    def _one_call(self, parsed: ParsedAction):
+        if parsed.errors:
+            return None, "; ".join(parsed.errors)
+        if not parsed.calls:
+            return None, "no tool call found; call the bash tool to run a command, or submit when done"
+        if len(parsed.calls) > 1:
+            return None, f"{len(parsed.calls)} tool calls in one turn; make exactly one per turn"
+        call = parsed.calls[0]
+        if call.name not in ("bash", "submit"):
+            return None, f"unknown tool {call.name!r}; the tools are 'bash' and 'submit'"
+        return call, None
+
+    def _bash_args(self, args: dict[str, Any]) -> tuple[str, float, str | None]:
+        unknown = sorted(set(args) - {"command", "timeout"})
+        if unknown:
+            return "", 0.0, f"bash takes 'command' and optional 'timeout'; unexpected argument(s): {', '.join(unknown)}"
+        command = args.get("command")
+        if not isinstance(command, str):
+            return "", 0.0, "bash needs a string argument 'command'"
+        if not command.strip():
+            return "", 0.0, "the command is empty"
+        if len(command) > self.max_command_chars:
+            return "", 0.0, f"the command is {len(command)} characters; the limit is {self.max_command_chars}"
+        timeout = args.get("timeout", self.command_timeout)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            return "", 0.0, f"'timeout' must be a positive number of seconds, got {timeout!r}"
+        return command, min(float(timeout), self.max_command_timeout), None
+
+    def _exec(self, command: str, timeout: float, max_output: int | None = None):
+        assert self._sb is not None
+        t0 = time.monotonic()
+        try:
+            return self._sb.exec(command, timeout=timeout, max_output=max_output or self.max_output)
+        finally:
+            self.sandbox_s += time.monotonic() - t0
+
+    def _run(self, command: str, timeout: float) -> StepResult:
+        try:
+            r = self._exec(command, timeout)
+            cwd = self._exec("builtin pwd", 10.0).stdout.strip()
+        except SandboxError as e:
+            return self._infra(f"the sandbox failed: {e}")
+        stdout, stderr = _clean(r.stdout), _clean(r.stderr)
+        killed = r.timed_out or (r.truncated and r.exit_code is None)
+        parts = [stdout.rstrip("\n")] if stdout else []
+        if stderr.strip():
+            parts.append("stderr:\n" + stderr.rstrip("\n"))
+        if r.timed_out:
+            tail = f"[killed: the command ran past its {timeout:g}s timeout; cwd {cwd}]"
+        elif killed:
+            tail = f"[killed: the command printed over the output limit; cwd {cwd}]"
+        else:
+            tail = f"[exit code {r.exit_code}; cwd {cwd}]"
+        if r.truncated and not killed:
+            tail = tail[:-1] + "; output cut in the middle]"
+        if r.shell_restarted:
+            tail += "\n[the shell had exited and was restarted: cd and exports were reset]"
+        parts.append(tail)
+        data = {
+            "exit_code": r.exit_code, "stdout": stdout, "stderr": stderr, "cwd": cwd,
+            "timed_out": r.timed_out, "truncated": r.truncated, "duration_s": round(r.duration_s, 4),
+            "verdict": 1 if r.exit_code == 0 and not killed else -1,
+        }
+        ns = NextState("tool", _cap("\n".join(parts), self.max_obs_chars), "shell", data)
+        return StepResult(ns, Status.ENV_ERROR if killed else Status.OK)
+
+    def _submit(self, prefix: NextState | None = None, why: str = "submitted") -> StepResult:
+        assert self.task is not None
+        try:
+            acc, log = self._verify(self.task)
+        except SandboxError as e:
+            return self._infra(f"the sandbox failed while running the tests: {e}")
+        outcome = 2.0 * acc - 1.0
+        summary = f"[{why}: the task's tests gave reward {acc:g}]"
+        data: dict[str, Any] = dict(prefix.data) if prefix is not None else {}
+        data.update({"reward": acc, "tests_passed": acc >= 1.0, "verifier_log": log, "verdict": _verdict(acc), "ended_by": why})
+        content = summary if prefix is None else f"{prefix.content}\n\n{summary}"
+        return StepResult(NextState("tool", content, "tests", data), Status.OK, done=True, outcome=outcome)
+
+    def _verify(self, task: Task) -> tuple[float, str]:
+        """Copy tests/ in, run test.sh from the work dir, read the reward (missing or bad -> 0)."""
+        root = "/" if self.backend == "docker" else "/tmp/.verifier"
+        tests_dir, logs_dir = os.path.join(root, "tests"), os.path.join(root, "logs", "verifier")
+        script = (Path(task.meta["dir"]) / "tests" / "test.sh").read_text()
+        if root != "/":
+            script = script.replace("/logs/verifier", logs_dir).replace("/tests/", tests_dir + "/")
+        with tempfile.TemporaryDirectory(prefix="openclaw-verifier-") as tmp:
+            shutil.copytree(Path(task.meta["dir"]) / "tests", os.path.join(tmp, "tests"))
+            Path(tmp, "tests", "test.sh").write_text(script)
+            os.makedirs(os.path.join(tmp, "logs", "verifier"))
+            assert self._sb is not None
+            t0 = time.monotonic()
+            try:
+                self._sb.exec(f"rm -rf {tests_dir} {logs_dir}/*", timeout=10.0)
+                self._sb.copy_in(tmp, root)
+            finally:
+                self.sandbox_s += time.monotonic() - t0
+        reward_file = os.path.join(logs_dir, "reward.txt")
+        wd = bash_quote(self._workdir)
+        r = self._exec(f"(builtin cd -- {wd} && bash {tests_dir}/test.sh) </dev/null 2>&1; echo \"__RC=$?\"; builtin cd -- {wd}",
+                       task.meta["verifier_timeout_s"], 32_768)
+        got = self._exec(f"cat {reward_file} 2>/dev/null", 10.0, 4096).stdout.strip()
+        log = _cap(_clean(r.stdout), 4000) + ("\n[verifier timed out]" if r.timed_out else "")
+        try:
+            acc = float(got.split()[0]) if got else 0.0
+        except ValueError:
+            return 0.0, log + f"\n[reward file held {got[:100]!r}, not a number]"
+        return (min(1.0, max(0.0, acc)) if acc == acc else 0.0), log
+
+    def _invalid(self, error: str) -> StepResult:
+        hint = 'Call tools as <tool_call>{"name": "bash", "arguments": {"command": "..."}}</tool_call>, or submit when done.'
+        return StepResult(NextState("tool", f"Error: {error}. {hint}", "shell", {"error": error, "verdict": -1}),
+                          Status.INVALID_ACTION)
+
+    def _infra(self, error: str) -> StepResult:
+        self._close_sandbox()
+        return StepResult(NextState("tool", f"Error: {error}. This is not your fault.", "shell", {"error": error}),
+                          Status.INFRA_ERROR)
+
+    # ---- random and cleanup ------------------------------------------------------------
+    def random_action(self, rng: np.random.Generator) -> str:
+        """Random but plausible actions: commands that work and fail, broken calls, submits."""
+        kind = int(rng.integers(8))
+        if kind <= 3:
+            cmd = ["ls -la", "pwd", "cat *.txt | head", "false", "cd /nonexistent", "echo hi > out.txt", "wc -l *", "python3 -c 'print(1/0)'"]
+            return render_tool_call("bash", {"command": cmd[int(rng.integers(len(cmd)))]})
+        if kind == 4:
+            return render_tool_call("bash", {"cmd": "ls"})  # wrong argument name
+        if kind == 5:
+            return '<tool_call>{"name": "bash", "arguments": {"command": "ls"</tool_call>'  # broken JSON
+        if kind == 6:
+            return render_tool_call("submit", {})
+        return ["I will look around first.", "", "<tool_call>"][int(rng.integers(3))]
+
+    def _close_sandbox(self) -> None:
+        sb, self._sb = self._sb, None
+        if sb is not None:
+            try:
+                sb.close()
+            except SandboxError:
+                pass
+
+    def _finish(self) -> None:
+        self._close_sandbox()
+
+    def close(self) -> None:
+        self._close_sandbox()
+        super().close()

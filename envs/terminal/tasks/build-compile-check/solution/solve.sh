@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sed -i 's/^def perimeter(w, h)$/def perimeter(w, h):/' pkg/sub/geometry.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+python3 -m zipapp src -m app.cli:main -o app.pyz

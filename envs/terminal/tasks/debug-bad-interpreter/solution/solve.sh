@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sed -i 's/\r$//' run.sh && chmod +x run.sh

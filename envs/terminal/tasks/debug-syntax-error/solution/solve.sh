@@ -1,0 +1,8 @@
+#!/bin/bash
+set -e
+cat > app.py <<'EOF'
+def total(xs):
+    return sum(xs)
+
+print("total:", total([10, 12, 20]))
+EOF

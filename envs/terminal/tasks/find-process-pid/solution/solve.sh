@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+pgrep -f '^sleep 7777$' > pid.txt

@@ -1,0 +1,5 @@
+#!/bin/bash
+# Runs in the sandbox's work dir before the episode.
+set -e
+git config --global user.email agent@example.com; git config --global user.name Agent; git config --global init.defaultBranch main
+mkdir repo && cd repo && git init -q && echo base > base.txt && git add . && git commit -qm base

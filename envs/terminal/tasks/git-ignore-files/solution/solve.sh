@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+printf '*.log\nbuild/\n' > repo/.gitignore

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cd repo && git revert --no-edit HEAD

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+kill "$(cat worker.pid)"; sleep 0.3

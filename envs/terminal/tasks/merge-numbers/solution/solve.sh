@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cat parts/*.txt | sort -n -u > merged.txt

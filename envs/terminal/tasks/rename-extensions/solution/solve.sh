@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cd photos && for f in *.jpeg; do mv -- "$f" "${f%.jpeg}.jpg"; done
