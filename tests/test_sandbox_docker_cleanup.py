@@ -109,9 +109,10 @@ def test_sweep_spares_live_runs_and_honours_deadlines(image):
     expired = create_container(image, SMALL, {**sweeper.labels(deadline_s=-1), sweeper.L_RUN: "expired-run"})
     alive = create_container(image, SMALL, {**sweeper.labels(), sweeper.L_RUN: "alive-run"})
     try:
-        removed = sweeper.sweep()
-        assert expired in removed and alive not in removed
-        assert not {c["Id"] for c in _containers(run)} & set(removed)  # owner alive: kept
+        sweeper.sweep()
+        exists = {c["Id"] for c in client().api.containers(all=True, filters={"label": sweeper.L_RUN})}
+        assert expired not in exists and alive in exists  # (or another run's sweep removed it)
+        assert _containers(run)  # owner alive: kept
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
