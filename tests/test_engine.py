@@ -66,6 +66,19 @@ def test_concurrent_requests_of_different_lengths_batch_and_agree(engine):
         assert max_diff(asyncio.run(engine.score(p + r.output_ids, len(p))), ref) < TOL
 
 
+def test_concurrent_scores_with_any_start(engine):
+    """Score requests prefilled together (left-padded) give each row its own teacher-forced values."""
+    seqs = [engine.tokenizer("s" * n)["input_ids"] for n in (3, 11, 7, 20, 5)]
+    starts = [1, 10, 6, 4, 5]  # includes start == len-1 and start == len (nothing to score)
+
+    async def go():
+        return await asyncio.gather(*[engine.score(ids, st) for ids, st in zip(seqs, starts)])
+
+    for ids, st, got in zip(seqs, starts, asyncio.run(go())):
+        ref = teacher_forced(engine.model, ids[:st], ids[st:])
+        assert len(got) == len(ids) - st and (not got or max_diff(got, ref) < TOL)
+
+
 def test_seeded_requests_reproduce_alone_or_batched(engine):
     prompt = engine.tokenizer("seeded")["input_ids"]
     sp = SamplingParams(max_new_tokens=16, seed=123, top_k=50)

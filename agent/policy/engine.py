@@ -1,9 +1,9 @@
 """The embedded engine: a transformers causal LM served in-process with continuous batching.
 
 One worker thread owns the model. Each loop it (1) swaps weights when an update is pending and
-no sequence is running, (2) prefills newly arrived requests one by one (no padding inside a
-prefill) and merges their KV caches into the running batch, left-padding the shorter side with
-masked zeros, (3) runs one decode step for every running sequence, (4) drops finished sequences
+no sequence is running, (2) prefills newly arrived requests together (left-padded, masked) and
+merges their KV caches into the running batch, left-padding the shorter side with masked zeros,
+(3) runs one decode step for every running sequence, (4) drops finished (or cancelled) sequences
 from the batch. Requests that arrive while a step runs join at the next step.
 
 Log-probs: every reported log-prob is log_softmax of the model's raw logits, i.e. under the
@@ -32,6 +32,9 @@ from agent.policy.base import GenerateResult, SamplingParams
 from agent.policy.models import load_model
 
 log = logging.getLogger(__name__)
+
+PREFILL_TOKENS = 16384  # padded prompt tokens per prefill forward
+LOGIT_FLOATS = 64 * 1024 * 1024  # fp32 logits kept per prefill (256 MiB) for input log-probs
 
 
 class EngineClosed(RuntimeError):
@@ -226,21 +229,28 @@ class Engine:
                     for swap in swaps:
                         self._swap(swap)
                     swaps = []
-                while not swaps and waiting and len(running) < self.max_batch:
+                admitted: list[_Seq] = []
+                while not swaps and waiting and len(running) + len(admitted) < self.max_batch:
                     seq = waiting.pop(0)
-                    if not seq.future.set_running_or_notify_cancel():
-                        continue  # cancelled while queued
+                    if seq.future.set_running_or_notify_cancel():  # False: cancelled while queued
+                        admitted.append(seq)
+                for group in self._prefill_groups(admitted):
                     try:
-                        kv = self._prefill(seq)
-                    except Exception as e:  # a bad request fails alone
+                        new_cache, new_mask = self._prefill(group)
+                    except Exception as e:  # a bad group fails alone
                         log.exception("prefill failed")
-                        _resolve(seq.future, error=e)
+                        for s in group:
+                            _resolve(s.future, error=e)
                         continue
-                    if seq.done:
-                        self._finish(seq)
-                    else:
-                        cache, mask = _merge(cache, mask, kv, seq.n_ctx)
-                        running.append(seq)
+                    for s in group:
+                        if s.done:
+                            self._finish(s)
+                    live = [i for i, s in enumerate(group) if not s.done]
+                    if live:
+                        if len(live) < len(group):
+                            new_cache, new_mask = _select(new_cache, new_mask, live)
+                        cache, mask = _merge(cache, mask, new_cache, new_mask)
+                        running.extend(group[i] for i in live)
                 if not running:
                     self._wake.wait(self._idle_wait_s)
                     self._wake.clear()
@@ -280,23 +290,45 @@ class Engine:
                          position_ids=pos.to(dev), past_key_values=cache, use_cache=True, logits_to_keep=keep)
         return out.logits.float().cpu()
 
-    def _prefill(self, seq: _Seq) -> DynamicCache:
-        """Forward the whole prompt alone; fill input log-probs if asked; sample the first token."""
-        ids, start = seq.req.input_ids, seq.req.logprob_start
-        n = len(ids)
-        want_input = start is not None and start >= 0
+    def _prefill_groups(self, seqs: list[_Seq]) -> list[list[_Seq]]:
+        """Split newly admitted requests into prefill batches that bound the padded token count
+        and the memory of the logits kept for input log-probs."""
+        groups: list[list[_Seq]] = []
+        for s in seqs:
+            trial = groups[-1] + [s] if groups else [s]
+            width = max(len(t.req.input_ids) for t in trial)
+            keep = max(_kept(t) for t in trial)
+            if groups and len(trial) * width <= PREFILL_TOKENS and len(trial) * keep * self.vocab_size <= LOGIT_FLOATS:
+                groups[-1] = trial
+            else:
+                groups.append([s])
+        return groups
+
+    def _prefill(self, seqs: list[_Seq]) -> tuple[DynamicCache, torch.Tensor]:
+        """Forward left-padded prompts together; fill input log-probs where asked; sample each
+        first token. Returns the group's cache and padding mask."""
+        prompts = [s.req.input_ids for s in seqs]
+        width = max(map(len, prompts))
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        keep = max(_kept(s) for s in seqs)
         cache = DynamicCache(config=self.model.config)
-        mask = torch.ones(1, n, dtype=torch.long)
-        logits = self._forward([ids], cache, mask, torch.arange(n)[None], n - start if want_input else 1)[0]
-        if want_input:  # logits[k] is at position start+k and predicts ids[start+k+1]
-            lps = torch.log_softmax(logits[:-1], dim=-1).gather(-1, torch.tensor(ids[start + 1:])[:, None])
-            seq.in_lps = [None, *lps[:, 0].tolist()]
-        seq.n_ctx = n
-        if seq.max_new == 0:
-            seq.done = "length"
-        else:
-            self._sample([seq], logits[-1:])
-        return cache
+        logits = self._forward([[0] * (width - len(p)) + p for p in prompts], cache, mask, pos, keep)
+        sampling = []
+        for i, s in enumerate(seqs):
+            ids, start = s.req.input_ids, s.req.logprob_start
+            if start is not None and start >= 0:  # row's last len-start logits sit at positions start..len-1
+                rows = logits[i, keep - (len(ids) - start):-1]
+                lps = torch.log_softmax(rows, dim=-1).gather(-1, torch.tensor(ids[start + 1:], dtype=torch.long)[:, None])
+                s.in_lps = [None, *lps[:, 0].tolist()]
+            s.n_ctx = len(ids)
+            if s.max_new == 0:
+                s.done = "length"
+            else:
+                sampling.append(i)
+        if sampling:
+            self._sample([seqs[i] for i in sampling], logits[sampling, -1])
+        return cache, mask
 
     def _decode_step(self, running: list[_Seq], cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
         """One token for every running sequence; returns the grown mask."""
@@ -330,6 +362,12 @@ class Engine:
                                     len(seq.req.input_ids), self.weight_version))
 
 
+def _kept(seq: _Seq) -> int:
+    """How many final positions' logits a prefill must keep for this request."""
+    start = seq.req.logprob_start
+    return len(seq.req.input_ids) - start if start is not None and start >= 0 else 1
+
+
 def _resolve(fut: concurrent.futures.Future, result=None, error: BaseException | None = None) -> None:
     """Set a future's outcome unless its caller already gave up on it."""
     try:
@@ -355,18 +393,15 @@ def _filter(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def _merge(cache: DynamicCache | None, mask: torch.Tensor | None, new: DynamicCache,
-           n_new: int) -> tuple[DynamicCache, torch.Tensor]:
-    """Append one freshly prefilled sequence to the running batch, left-padding whichever side is shorter."""
-    new_mask = torch.ones(1, n_new, dtype=torch.long)
+           new_mask: torch.Tensor) -> tuple[DynamicCache, torch.Tensor]:
+    """Append freshly prefilled rows to the running batch, left-padding whichever side is shorter."""
     if cache is None:
         return new, new_mask
-    t_old, t_new = mask.shape[1], n_new
-    t = max(t_old, t_new)
+    t = max(mask.shape[1], new_mask.shape[1])
     for old_layer, new_layer in zip(cache.layers, new.layers):
         old_layer.keys = torch.cat([_lpad(old_layer.keys, t), _lpad(new_layer.keys, t)], dim=0)
         old_layer.values = torch.cat([_lpad(old_layer.values, t), _lpad(new_layer.values, t)], dim=0)
-    mask = torch.cat([_lpad(mask, t, dim=1), _lpad(new_mask, t, dim=1)], dim=0)
-    return cache, mask
+    return cache, torch.cat([_lpad(mask, t, dim=1), _lpad(new_mask, t, dim=1)], dim=0)
 
 
 def _lpad(x: torch.Tensor, t: int, dim: int = 2) -> torch.Tensor:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import statistics
 import time
 
 import torch
@@ -31,7 +33,7 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=2, help="best of this many timings per figure")
+    ap.add_argument("--rounds", type=int, default=3, help="figures are medians over this many rounds")
     args = ap.parse_args(argv)
     n, new = args.concurrency, args.max_new_tokens
 
@@ -44,33 +46,37 @@ def main(argv: list[str]) -> dict:
         hf = lambda batch: _hf_generate(engine, batch, new)  # noqa: E731
         eng = lambda batch: asyncio.run(_engine_generate(handle.url, batch, new))  # noqa: E731
         eng(prompts[:1]), hf(prompts[:1])  # warm-up: first calls pay one-off allocation costs
-        figures = {
-            "hf_generate_batched_tok_s": _best(args.repeats, lambda: hf(prompts)),
-            "engine_concurrent_tok_s": _best(args.repeats, lambda: eng(prompts)),
-            "hf_generate_sequential_tok_s": _best(args.repeats, lambda: _sequential(hf, prompts[: max(2, n // 4)])),
-            "engine_sequential_tok_s": _best(args.repeats, lambda: _sequential(eng, prompts[: max(2, n // 4)])),
-        }
+        seq_prompts = prompts[: max(2, n // 4)]
+        rounds = []  # one round times all four side by side, so a noisy neighbour hits each alike
+        for _ in range(args.rounds):
+            rounds.append({
+                "hf_generate_batched_tok_s": _rate(lambda: hf(prompts)),
+                "engine_concurrent_tok_s": _rate(lambda: eng(prompts)),
+                "engine_sequential_tok_s": _rate(lambda: _sequential(eng, seq_prompts)),
+                "hf_generate_sequential_tok_s": _rate(lambda: _sequential(hf, seq_prompts)),
+            })
     finally:
         handle.stop()
         engine.close()
+
+    def ratio(a: str, b: str) -> float:  # median over rounds of the within-round ratio
+        return round(statistics.median(r[a] / r[b] for r in rounds), 3)
+
     return {
-        "model": args.model, "dtype": str(engine.model.dtype), "concurrency": n, "max_new_tokens": new,
-        "threads": torch.get_num_threads(),
-        **{k: round(v, 1) for k, v in figures.items()},
-        "engine_vs_hf_batched": round(figures["engine_concurrent_tok_s"] / figures["hf_generate_batched_tok_s"], 3),
-        "engine_concurrent_vs_sequential": round(figures["engine_concurrent_tok_s"] / figures["engine_sequential_tok_s"], 3),
-        "engine_vs_hf_sequential": round(figures["engine_sequential_tok_s"] / figures["hf_generate_sequential_tok_s"], 3),
+        "model": args.model, "dtype": str(engine.model.dtype).removeprefix("torch."), "concurrency": n,
+        "max_new_tokens": new, "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        **{k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]},
+        "engine_vs_hf_batched": ratio("engine_concurrent_tok_s", "hf_generate_batched_tok_s"),
+        "engine_concurrent_vs_sequential": ratio("engine_concurrent_tok_s", "engine_sequential_tok_s"),
+        "engine_vs_hf_sequential": ratio("engine_sequential_tok_s", "hf_generate_sequential_tok_s"),
     }
 
 
-def _best(repeats: int, run) -> float:
-    """Highest tokens/s over `repeats` runs (the machine is shared: the best run is the least disturbed)."""
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        tokens = run()
-        best = max(best, tokens / (time.perf_counter() - t0))
-    return best
+def _rate(run) -> float:
+    t0 = time.perf_counter()
+    tokens = run()
+    return tokens / (time.perf_counter() - t0)
 
 
 def _sequential(run, prompts: list[list[int]]) -> int:
