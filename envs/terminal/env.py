@@ -241,9 +241,11 @@ class TerminalEnv(AgentEnv):
     def _run(self, command: str, timeout: float) -> StepResult:
         try:
             r = self._exec(command, timeout)
-            cwd = self._exec("builtin pwd", 10.0).stdout.strip()
+            p = self._exec("builtin pwd", 10.0)  # restarts the shell if the command killed it
         except SandboxError as e:
             return self._infra(f"the sandbox failed: {e}")
+        cwd = p.stdout.strip()
+        restarted = r.shell_restarted or p.shell_restarted
         stdout, stderr = _clean(r.stdout), _clean(r.stderr)
         killed = r.timed_out or (r.truncated and r.exit_code is None)
         parts = [stdout.rstrip("\n")] if stdout else []
@@ -257,12 +259,12 @@ class TerminalEnv(AgentEnv):
             tail = f"[exit code {r.exit_code}; cwd {cwd}]"
         if r.truncated and not killed:
             tail = tail[:-1] + "; output cut in the middle]"
-        if r.shell_restarted:
-            tail += "\n[the shell had exited and was restarted: cd and exports were reset]"
+        if restarted:
+            tail += "\n[the shell was killed or had exited, and was restarted: cd and exports were reset]"
         parts.append(tail)
         data = {
             "exit_code": r.exit_code, "stdout": stdout, "stderr": stderr, "cwd": cwd,
-            "timed_out": r.timed_out, "truncated": r.truncated, "duration_s": round(r.duration_s, 4),
+            "timed_out": r.timed_out, "truncated": r.truncated, "duration_s": round(r.duration_s, 4), "shell_restarted": restarted,
             "verdict": 1 if r.exit_code == 0 and not killed else -1,
         }
         ns = NextState("tool", _cap("\n".join(parts), self.max_obs_chars), "shell", data)
