@@ -112,7 +112,7 @@ class TerminalEnv(AgentEnv):
         self.max_command_chars = int(max_command_chars)
         self.pool_size = int(pool_size)
         self.limits = Limits(memory_mb=int(memory_mb), pids=256, cpus=1.0, disk_mb=2048)
-        self._images: dict[str, str] = {}  # task dir -> built image tag
+        self._images: dict[str, str] = {}  # task dir ("" for the default image) -> image tag
         self._sb: Sandbox | None = None
         self._broken: str | None = None  # why this episode's sandbox could not be set up
         self._workdir = "/"
@@ -162,15 +162,13 @@ class TerminalEnv(AgentEnv):
     def _open(self, task: Task) -> Sandbox:
         if self.backend == "bwrap":
             return open_sandbox("bwrap", None, self.limits)
-        image = None
-        if task.meta["dockerfile"]:
-            from envs.sandbox.images import build_image  # needs the docker package: import lazily
+        from envs.sandbox import images  # needs the docker package: imported only for docker
 
-            key = task.meta["dir"]
-            if key not in self._images:
-                self._images[key] = build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}")
-            image = self._images[key]
-        return open_sandbox("docker", image, self.limits, pool_size=self.pool_size)
+        key = task.meta["dir"] if task.meta["dockerfile"] else ""  # "": the default sandbox image
+        if key not in self._images:  # looked up (or built) once per env, not per episode
+            self._images[key] = (images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}")
+                                 if key else images.ensure_image("sandbox"))
+        return open_sandbox("docker", self._images[key], self.limits, pool_size=self.pool_size)
 
     def _setup(self, task: Task) -> None:
         assert self._sb is not None
