@@ -57,6 +57,14 @@ def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
     return cls
 
 
+def _require_docker() -> None:
+    from envs.sandbox.engine import engine_available
+
+    if not engine_available():
+        raise ConfigError("sandbox=docker but no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): "
+                          "start one with `bash scripts/setup.d/10-docker.sh` (as root), or run with sandbox=bwrap")
+
+
 def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callable[[], AgentEnv]:
     """A zero-argument constructor of the configured env. Options under `env.` are passed to
     the constructor (null means "the env's default"); `sandbox` is passed where accepted."""
@@ -67,6 +75,8 @@ def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callabl
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if "sandbox" in params and "sandbox" not in opts:
         opts["sandbox"] = str(cfg.sandbox.name)
+    if opts.get("sandbox") == "docker":
+        _require_docker()
     for k, v in (extra or {}).items():
         if k in params or accepts_any:
             opts.setdefault(k, v)

@@ -11,14 +11,47 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.rollout import Runner
 from experiments.factories import ConfigError, build_policy, build_training, env_factory
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
+from learner.wandb_log import WandbSink
 
 log = logging.getLogger("experiments.run")
+
+
+def _job_suffix() -> str:
+    """"-N" for job N of a multirun (so `-m seed=0,1` gets two run dirs), "" for a single run."""
+    try:
+        hc = HydraConfig.get()
+    except ValueError:  # composed outside @hydra.main
+        return ""
+    return f"-{hc.job.num}" if hc.mode == RunMode.MULTIRUN else ""
+
+
+OmegaConf.register_new_resolver("job_suffix", _job_suffix, replace=True)
+
+
+def wandb_group(cfg: DictConfig) -> str:
+    """The configured group, else one per comparison: the jobs of one `-m` sweep share the
+    sweep's time stamp; a single run is grouped under its experiment name."""
+    if cfg.wandb.get("group"):
+        return str(cfg.wandb.group)
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        return f"{cfg.env.name}-{Path(str(hc.sweep.dir)).name}"
+    return str(cfg.name)
+
+
+def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
+    w = cfg.wandb
+    return WandbSink(run_dir, project=str(w.project), group=wandb_group(cfg), name=f"{cfg.name}-seed{cfg.seed}",
+                     config=OmegaConf.to_container(cfg, resolve=True), mode=str(w.mode),
+                     rows_per_step=int(w.rows_per_step), seed=int(cfg.seed), tags=[str(cfg.env.name), str(cfg.mode.name)])
 
 
 async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
@@ -51,15 +84,40 @@ def main(cfg: DictConfig) -> None:
     runlog = RunLog(cfg.run_dir)
     runlog.write_config(OmegaConf.to_yaml(cfg, resolve=True))
     log.info("run %s -> %s", cfg.name, runlog.dir)
+    runlog.add_sink(wandb_sink(cfg, runlog.dir))
     try:
         rows = asyncio.run(experiment(cfg, runlog))
     except ConfigError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit("interrupted: everything this run started was stopped")
+    finally:
+        runlog.close()
     last = rows[-1] if rows else {}
     log.info("done: %d steps, outcome_mean=%s, run dir %s", len(rows), last.get("outcome_mean"), runlog.dir)
 
 
+def unknown_env(argv: list[str]) -> str | None:
+    """One line for `env=<no such group>` (Hydra's own message is a page), checked before Hydra
+    starts; config folders added with --config-dir / -cd count too."""
+    dirs = [Path(__file__).parent / "conf"]
+    for i, a in enumerate(argv):
+        if a in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.append(Path(argv[i + 1]))
+        elif a.startswith("--config-dir="):
+            dirs.append(Path(a.partition("=")[2]))
+    known = sorted({f.stem for d in dirs for f in (d / "env").glob("*.yaml")})
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if key != "env" or not eq or "(" in value:  # sweep functions (range, glob) are Hydra's to check
+            continue
+        for v in value.split(","):
+            if v not in known:
+                return f"error: unknown env {v!r}; choose one of {', '.join(known)}, or env=custom env.entry_point=module:Class"
+    return None
+
+
 if __name__ == "__main__":
+    if (problem := unknown_env(sys.argv[1:])) is not None:
+        sys.exit(problem)
     main()

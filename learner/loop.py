@@ -100,6 +100,7 @@ async def run_loop(
         return await runner.run(make_jobs(task_ids, step, cfg)), time.monotonic() - t0
 
     nxt: asyncio.Task | None = asyncio.create_task(rollouts(start_step)) if start_step < cfg.steps else None
+    t_last = time.monotonic()  # wall time per step counts overlapped rollouts once
     try:
         for step in range(start_step, cfg.steps):
             assert nxt is not None
@@ -125,7 +126,9 @@ async def run_loop(
             if evaluator is not None:
                 row.update(await evaluator(step))
             row["policy_version"] = policy_version
-            row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train}
+            now = time.monotonic()
+            row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train, "step_s": now - t_last}
+            t_last = now
             row["throughput"] = {"turns_per_s": row["turns"] / max(t_roll, 1e-9),
                                  "tokens_per_s": row["response_tokens"] / max(t_roll, 1e-9)}
             for key in ("reward_mean", "prm_score_mean", "opd_accept_rate"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from agent.turn import Turn
 
@@ -29,9 +29,18 @@ def _clean(x: Any) -> Any:
     return x
 
 
+class Sink(Protocol):
+    """Another place the same figures go (W&B): sees every turn and every metrics row."""
+
+    def turns(self, turns: list[Turn]) -> None: ...
+    def metrics(self, row: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
 class RunLog:
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, sinks: Iterable[Sink] = ()) -> None:
         self.dir = Path(run_dir)
+        self.sinks = list(sinks)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.jsonl"
         self.turns_path = self.dir / "turns.jsonl"
@@ -40,17 +49,32 @@ class RunLog:
     def write_config(self, yaml_text: str) -> None:
         (self.dir / "config.yaml").write_text(yaml_text)
 
+    def add_sink(self, sink: Sink) -> None:
+        self.sinks.append(sink)
+
     def metrics(self, row: dict[str, Any]) -> None:
+        row = _clean(row)
         with self.metrics_path.open("a") as f:
-            f.write(json.dumps(_clean(row)) + "\n")
+            f.write(json.dumps(row) + "\n")
+        for sink in self.sinks:
+            sink.metrics(row)
 
     def turns(self, turns: Iterable[Turn]) -> None:
+        turns = list(turns)
+        for sink in self.sinks:
+            sink.turns(turns)
         with self.turns_path.open("a") as f:
             for t in turns:
                 d = t.to_json()
                 for k in _TURN_FIELDS_LEFT_OUT:
                     d.pop(k, None)
                 f.write(json.dumps(_clean(d), ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        """Finish every sink (the files need no closing: each write opens and closes them)."""
+        for sink in self.sinks:
+            sink.close()
+        self.sinks.clear()
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics_path.exists():

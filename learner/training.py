@@ -22,7 +22,19 @@ from learner.advantages import build_samples
 from learner.loop import LoopConfig, StepOutput, run_loop
 from learner.parsing import mean_vote
 from learner.runlog import RunLog
+from learner.samples import Sample
 from learner.scorer import NextStateScorer
+
+
+def note_advantages(turns: list[Turn], samples: list[Sample]) -> None:
+    """Record each turn's advantage summary in turn.meta["advantage"] (turns.jsonl, W&B table);
+    a turn that made no sample has none."""
+    by_key = {(s.meta["episode_id"], s.meta["step_index"]): s for s in samples}
+    for t in turns:
+        s = by_key.get((t.episode_id, t.step_index))
+        if s is not None and s.advantages:
+            t.meta["advantage"] = {"mean": float(np.mean(s.advantages)), "min": float(min(s.advantages)),
+                                   "max": float(max(s.advantages)), "masked": s.loss_mask.count(0) == len(s.loss_mask)}
 
 
 class Training:
@@ -65,6 +77,7 @@ class Training:
     # ---- one update --------------------------------------------------------------------
     async def train(self, step: int, turns: list[Turn]) -> StepOutput:
         samples, stats = build_samples(turns, self.mode, **self.weights)
+        note_advantages(turns, samples)
         metrics: dict[str, Any] = {"reward_mean": self._reward_mean(turns, stats)}
         metrics.update({k: stats[k] for k in ("prm_score_mean", "opd_accept_rate")})
         metrics["samples"] = {k: stats[k] for k in ("samples", "samples_training", "samples_masked", "dropped",
