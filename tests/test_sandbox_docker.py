@@ -62,7 +62,7 @@ def test_timeout_kills_command_not_shell(sb):
 
 def test_timeout_kills_the_rest_of_a_command_list(sb):
     r = sb.exec("sleep 30; sleep 30; sleep 30", timeout=1.0)
-    assert r.timed_out and r.duration_s < 8 and "Killed" not in r.stderr
+    assert r.timed_out and r.duration_s < 15 and "Killed" not in r.stderr
     r = sb.exec("echo next")
     assert r.stdout == "next\n" and not r.shell_restarted
 

@@ -48,12 +48,14 @@ _disk_quota: bool | None = None  # whether the engine can cap disk per container
 
 # Runs inside the container (as the sandbox user) to kill what a command started: every process
 # started at or after the command (argv[2], clock ticks since boot: the host kernel's clock)
-# except pid 1, itself and the shell (argv[1]; killed too when argv[3] is "1"). Repeats while it
-# finds any, so children forked during a pass die too.
+# except pid 1, itself and the shell (argv[1]; killed too when argv[3] is "1"). It keeps at it
+# until three passes 10 ms apart find nothing (a command list forks its next command right
+# after the kill: `sleep 9; sleep 9`) or for at most argv[4] seconds.
 _KILL_PY = r"""
-import os, signal, sys
+import os, signal, sys, time
 shell, t0, kill_shell, me = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", os.getpid()
-for _ in range(50):
+end, quiet = time.monotonic() + float(sys.argv[4]), 0
+while quiet < 3 and time.monotonic() < end:
     hit = 0
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) in (1, me):
@@ -71,9 +73,10 @@ for _ in range(50):
             hit += 1
         except OSError:
             pass
-    if not hit:
-        break
+    quiet = 0 if hit else quiet + 1
+    time.sleep(0.01)
 """
+KILL_LINGER_S = 1.0
 
 
 def _boot_ticks() -> int:
@@ -141,7 +144,7 @@ def remove_container(cid: str) -> None:
 
 
 class DockerSandbox:
-    """A started container with one persistent bash. Not thread-safe across exec calls."""
+    """A started container with one persistent bash (one command at a time: exec holds a lock)."""
 
     def __init__(self, container_id: str, user: str = DEFAULT_USER, workdir: str = "/home/agent",
                  on_close: Callable[[DockerSandbox], None] | None = None, make_workdir: bool = False):
@@ -244,7 +247,8 @@ class DockerSandbox:
         t0 = self._cmd_t0
         try:
             ex = self._api.exec_create(
-                self.id, ["python3", "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0"],
+                self.id, ["python3", "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
+                          str(KILL_LINGER_S)],
                 user=self.user, stdout=True, stderr=True,
             )["Id"]
             self._api.exec_start(ex)
@@ -281,7 +285,7 @@ class DockerSandbox:
                 if len(buf) < 8 + size:
                     break
                 cap = out if buf[0] == 1 else err
-                cap.feed(bytes(buf[8:8 + size]))
+                cap.feed(buf[8:8 + size])
                 del buf[:8 + size]
                 if killed_at is None and kill and cap.total > kill_after:
                     output_killed = True
