@@ -58,7 +58,7 @@ def _cut(text: str, n: int, tail: bool = False) -> str:
 
 def _prompt_tail(turn: Turn) -> str:
     msgs = turn.messages[-2:]
-    text = "\n".join(f"[{m.get('role')}] {c if isinstance(c := m.get('content'), str) else json.dumps(c)}" for m in msgs)
+    text = "\n".join(f"[{m.get('role')}] {c if isinstance(c := m.get('content'), str) else json.dumps(c, default=str)}" for m in msgs)
     return _cut(text, PROMPT_TAIL, tail=True)
 
 
