@@ -198,3 +198,18 @@ def test_close_fails_waiting_requests_and_refuses_new():
     assert not asyncio.run(eng.health())
     with pytest.raises(EngineClosed):
         asyncio.run(eng.generate([1], SamplingParams()))
+
+
+def test_worker_crash_fails_requests_instead_of_hanging():
+    eng = Engine("tiny", seed=0)
+
+    def broken(seqs):  # inject a scheduler bug
+        raise RuntimeError("injected bug")
+
+    eng._prefill_groups = broken
+    try:
+        with pytest.raises(EngineClosed):
+            asyncio.run(asyncio.wait_for(eng.generate([1, 2], SamplingParams(max_new_tokens=2)), 30))
+        assert not asyncio.run(eng.health())
+    finally:
+        eng.close()

@@ -215,65 +215,79 @@ class Engine:
     # ---- worker ----
 
     def _loop(self) -> None:
-        running: list[_Seq] = []
         waiting: list[_Seq] = []
         swaps: list[_Swap] = []
+        running: list[_Seq] = []
+        try:
+            with torch.inference_mode():
+                self._serve(waiting, swaps, running)
+        except BaseException:  # a bug must not leave callers waiting forever
+            log.exception("engine worker crashed; failing every request")
+        finally:
+            self._closed.set()
+            closed = EngineClosed("engine is closed")
+            for item in [*running, *waiting, *swaps]:
+                _resolve(item.future, error=closed)
+            self._fail_pending()
+
+    def _serve(self, waiting: list[_Seq], swaps: list[_Swap], running: list[_Seq]) -> None:
+        """The scheduling loop; `waiting`, `swaps`, `running` are updated in place so that
+        `_loop` can fail whatever is left when it ends."""
         cache: DynamicCache | None = None
         mask: torch.Tensor | None = None  # [B, T]: 1 = real token, 0 = left padding
-        with torch.inference_mode():
-            while not self._closed.is_set():
-                while not self._pending.empty():
-                    item = self._pending.get_nowait()
-                    (swaps if isinstance(item, _Swap) else waiting).append(item)
-                if swaps and not running:  # drained: apply every queued update in order
-                    for swap in swaps:
-                        self._swap(swap)
-                    swaps = []
-                admitted: list[_Seq] = []
-                while not swaps and waiting and len(running) + len(admitted) < self.max_batch:
-                    seq = waiting.pop(0)
-                    if seq.future.set_running_or_notify_cancel():  # False: cancelled while queued
-                        admitted.append(seq)
-                for group in self._prefill_groups(admitted):
-                    try:
-                        new_cache, new_mask = self._prefill(group)
-                    except Exception as e:  # a bad group fails alone
-                        log.exception("prefill failed")
-                        for s in group:
-                            _resolve(s.future, error=e)
-                        continue
-                    for s in group:
-                        if s.done:
-                            self._finish(s)
-                    live = [i for i, s in enumerate(group) if not s.done]
-                    if live:
-                        if len(live) < len(group):
-                            new_cache, new_mask = _select(new_cache, new_mask, live)
-                        cache, mask = _merge(cache, mask, new_cache, new_mask)
-                        running.extend(group[i] for i in live)
-                if not running:
-                    self._wake.wait(self._idle_wait_s)
-                    self._wake.clear()
-                    continue
+        while not self._closed.is_set():
+            while not self._pending.empty():
+                item = self._pending.get_nowait()
+                (swaps if isinstance(item, _Swap) else waiting).append(item)
+            if swaps and not running:  # drained: apply every queued update in order
+                for swap in swaps:
+                    self._swap(swap)
+                swaps.clear()
+            admitted: list[_Seq] = []
+            taken = 0  # admitted requests stay in `waiting` until merged, so a crash still fails them
+            while not swaps and taken < len(waiting) and len(running) + len(admitted) < self.max_batch:
+                seq = waiting[taken]
+                taken += 1
+                if seq.future.set_running_or_notify_cancel():  # False: cancelled while queued
+                    admitted.append(seq)
+            for group in self._prefill_groups(admitted):
                 try:
-                    mask = self._decode_step(running, cache, mask)
-                except Exception as e:
-                    log.exception("decode step failed")
-                    for s in running:
+                    new_cache, new_mask = self._prefill(group)
+                except Exception as e:  # a bad group fails alone
+                    log.exception("prefill failed")
+                    for s in group:
                         _resolve(s.future, error=e)
-                    running, cache, mask = [], None, None
                     continue
-                for s in running:
+                for s in group:
                     if s.done:
                         self._finish(s)
-                keep = [i for i, s in enumerate(running) if not (s.done or s.cancelled)]
-                if len(keep) < len(running):
-                    running = [running[i] for i in keep]
-                    cache, mask = _select(cache, mask, keep)
-        closed = EngineClosed("engine is closed")
-        for item in running + waiting + swaps:
-            _resolve(item.future, error=closed)
-        self._fail_pending()
+                live = [i for i, s in enumerate(group) if not s.done]
+                if live:
+                    if len(live) < len(group):
+                        new_cache, new_mask = _select(new_cache, new_mask, live)
+                    cache, mask = _merge(cache, mask, new_cache, new_mask)
+                    running.extend(group[i] for i in live)
+            del waiting[:taken]
+            if not running:
+                self._wake.wait(self._idle_wait_s)
+                self._wake.clear()
+                continue
+            try:
+                mask = self._decode_step(running, cache, mask)
+            except Exception as e:
+                log.exception("decode step failed")
+                for s in running:
+                    _resolve(s.future, error=e)
+                running.clear()
+                cache = mask = None
+                continue
+            for s in running:
+                if s.done:
+                    self._finish(s)
+            keep = [i for i, s in enumerate(running) if not (s.done or s.cancelled)]
+            if len(keep) < len(running):
+                running[:] = [running[i] for i in keep]
+                cache, mask = _select(cache, mask, keep)
 
     def _swap(self, swap: _Swap) -> None:
         try:
