@@ -1,0 +1,308 @@
+"""The live-user proxy: an OpenAI-compatible chat server in front of any PolicyClient that turns
+real conversations into training turns.
+
+Routes: POST /v1/chat/completions (streamed over SSE or not; `tools` passed to the chat
+template; a reply holding <tool_call> blocks comes back as OpenAI `tool_calls`), GET /v1/models,
+GET /health. Every /v1 route needs `Authorization: Bearer <key>` (401 otherwise). The server
+binds to 127.0.0.1 unless told otherwise.
+
+Headers:
+  X-Session-Id    the conversation. Missing: the request is a session of its own, done at once
+                  (one anonymous bucket would splice strangers' replies onto each other's turns).
+  X-Turn-Type     `main` (a turn of the conversation: recorded) or `side` (an auxiliary call such
+                  as a title or a memory summary: served, never recorded). Missing means `main`:
+                  the original OpenClaw-RL server defaulted to `side`, so every client that sent no
+                  header (most of them) was served but produced no training data at all.
+  X-Session-Done  truthy (1/true/yes/on): after this request the session is over; its last turn
+                  is closed with no next state.
+
+A main turn: the request's messages are rendered with the model's chat template into prompt
+ids, the policy samples, and the turn keeps the sampler's own response ids and log-probs (the
+reply is never re-tokenised). Its next state is the last message of the session's next main
+request (role user -> kind "user_reply", tool -> "tool_result"); see agent/proxy_sessions.py
+for pending turns, the TTL and where finished turns go. The at-least-one-turn-per-session rule
+is the learner's; the proxy only records.
+
+Weight updates: the proxy has no pause gate. The policy (the embedded engine or SGLang) queues
+requests while it swaps weights, so users are never refused; each turn carries the policy
+version that sampled it.
+
+Streaming is emulated: a PolicyClient returns whole results, so the reply is sent as SSE chunks
+once sampled. Non-streamed answers carry `Server-Timing: policy;dur=..,proxy;dur=..` (ms).
+
+`python -m agent.proxy --policy-url URL --model NAME --port N --api-key KEY [--record-dir DIR]`
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.chat import ChatRenderer
+from agent.policy.base import GenerateResult, PolicyClient, SamplingParams
+from agent.policy.jsonhttp import ServerError
+from agent.policy.server import ServerHandle, serve_app
+from agent.policy.sglang_client import SGLangClient
+from agent.proxy_openai import completion_body, stream_events, template_messages
+from agent.proxy_sessions import SessionBook, TurnSink, next_state_of
+from agent.turn import Turn
+
+log = logging.getLogger(__name__)
+
+TRUTHY = {"1", "true", "yes", "on"}
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # OpenAI clients send many optional fields
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1, le=1)  # one sample per turn: a turn is one reply
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+
+def _error(status: int, message: str, code: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": code, "code": status}}, status_code=status)
+
+
+def _unauthorized() -> JSONResponse:
+    return _error(401, "missing or wrong API key (send Authorization: Bearer <key>)", "invalid_api_key")
+
+
+class Proxy:
+    """The proxy server. `start()` serves in a background thread; `stop()` closes every pending
+    turn (without next state), the records and the `turns()` stream.
+
+    `policy` is a PolicyClient, or the URL of an SGLang-compatible server (the proxy then owns
+    its client). Finished turns go to `on_turn(turn)` (called on the proxy's thread; keep it
+    quick) when given, else to `turns()`; with `record_dir`, also to turns-v<version>.jsonl.
+    """
+
+    def __init__(self, policy: PolicyClient | str, tokenizer: Any, model_name: str, api_key: str | None,
+                 host: str = "127.0.0.1", port: int = 0, record_dir: str | Path | None = None,
+                 ttl_s: float = 600.0, on_turn: Callable[[Turn], None] | None = None,
+                 max_tokens: int = 1024) -> None:
+        self._policy_arg = policy
+        self.policy: PolicyClient | None = None if isinstance(policy, str) else policy
+        self.renderer = ChatRenderer(tokenizer)
+        self.model_name = model_name
+        self.api_key = api_key
+        self.host, self.port = host, port
+        self.max_tokens = max_tokens
+        self.sink = TurnSink(record_dir, on_turn)
+        self.book = SessionBook(self.sink, ttl_s)
+        self.url = ""
+        self._handle: ServerHandle | None = None
+
+    # ---- lifecycle ----
+
+    def start(self, timeout_s: float = 30.0) -> "Proxy":
+        self._handle = serve_app(self.app(), self.host, self.port, timeout_s, "proxy-http")
+        self.url = self._handle.url
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Idempotent. Pending turns are closed by the server's shutdown hook (on its own loop)."""
+        if self._handle is not None:
+            self._handle.stop(timeout_s)
+        self.sink.close()
+
+    def serving(self) -> bool:
+        return self._handle is not None and self._handle.alive()
+
+    def __enter__(self) -> "Proxy":
+        return self.start()
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop()
+
+    def turns(self) -> AsyncIterator[Turn]:
+        """`async for turn in proxy.turns()`: finished turns until the proxy stops."""
+        return self.sink.turns()
+
+    # ---- the app ----
+
+    def app(self) -> FastAPI:
+        app = FastAPI(title="openclaw live-user proxy", lifespan=self._lifespan)
+
+        @app.get("/health")
+        async def health() -> JSONResponse:
+            ok = self.policy is not None and await self.policy.health()
+            return JSONResponse({}, status_code=200 if ok else 503)
+
+        @app.get("/v1/models")
+        async def models(request: Request):
+            if not self._authorized(request.headers.get("authorization")):
+                return _unauthorized()
+            return {"object": "list",
+                    "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "openclaw"}]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            t0 = time.perf_counter()
+            if not self._authorized(request.headers.get("authorization")):
+                return _unauthorized()
+            try:
+                body = ChatRequest.model_validate(await request.json())
+            except ValidationError as e:
+                parts = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+                return _error(400, "invalid request: " + "; ".join(parts))
+            except ValueError as e:  # not JSON at all
+                return _error(400, f"invalid JSON body: {e}")
+            turn_type = (request.headers.get("x-turn-type") or "main").strip().lower()
+            if turn_type not in ("main", "side"):
+                return _error(400, f"X-Turn-Type must be main or side, got {turn_type!r}")
+            session_id = request.headers.get("x-session-id") or ""
+            done = (request.headers.get("x-session-done") or "").strip().lower() in TRUTHY or not session_id
+            try:
+                result, prompt_len, policy_s = await self._serve(body, session_id or f"anon-{uuid.uuid4().hex}",
+                                                                 turn_type == "main", done)
+            except ValueError as e:
+                return _error(400, str(e))
+            except ServerError as e:
+                return _error(502, f"policy server failed: {e}", "upstream_error")
+            raw = self.renderer.response_text(result.output_ids)
+            if body.stream:
+                usage = bool((body.stream_options or {}).get("include_usage"))
+                return StreamingResponse(stream_events(self.model_name, raw, result.finish_reason, prompt_len,
+                                                       len(result.output_ids), usage),
+                                         media_type="text/event-stream")
+            resp = JSONResponse(completion_body(self.model_name, raw, result.finish_reason, prompt_len,
+                                                len(result.output_ids)))
+            total_ms = (time.perf_counter() - t0) * 1e3
+            resp.headers["Server-Timing"] = f"policy;dur={policy_s * 1e3:.3f}, proxy;dur={total_ms - policy_s * 1e3:.3f}"
+            return resp
+
+        return app
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _: FastAPI):
+        if self.policy is None:  # made on this loop: an HTTP client's connections belong to one loop
+            self.policy = SGLangClient(str(self._policy_arg))
+        sweeper = asyncio.create_task(self._sweep())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            self.book.end_all("proxy_stopped")
+            if isinstance(self._policy_arg, str):
+                await self.policy.aclose()
+
+    async def _sweep(self) -> None:
+        period = min(max(self.book.ttl_s / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(period)
+            self.book.expire()
+
+    def _authorized(self, header: str | None) -> bool:
+        if self.api_key is None:
+            return True
+        scheme, _, key = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+
+    # ---- one request ----
+
+    async def _serve(self, body: ChatRequest, session_id: str, main: bool,
+                     done: bool) -> tuple[GenerateResult, int, float]:
+        """Sample a reply; for a main turn close the pending one and leave this one pending."""
+        if body.stop:
+            raise ValueError("`stop` strings are not supported: replies end at the model's own stop tokens")
+        messages = template_messages(body.messages)
+        tools = body.tools or []
+        prompt_ids = self.renderer.render_prompt(messages, tools)
+        sampling = SamplingParams(max_new_tokens=body.max_completion_tokens or body.max_tokens or self.max_tokens,
+                                  temperature=body.temperature, top_p=body.top_p,
+                                  stop_token_ids=list(self.renderer.stop_token_ids), seed=body.seed)
+        if not main:
+            t = time.perf_counter()
+            result = await self.policy.generate(prompt_ids, sampling)
+            if done and session_id in self.book.sessions:
+                self.book.end(self.book.sessions[session_id], "session_done")
+            return result, len(prompt_ids), time.perf_counter() - t
+        session = self.book.get(session_id)
+        async with session.lock:
+            if session.pending is not None:
+                ns = next_state_of(messages[-1])
+                self.book.close_pending(session, ns, "next_request" if ns else "next_request_without_reply")
+            t = time.perf_counter()
+            try:
+                result = await self.policy.generate(prompt_ids, sampling)
+            finally:
+                policy_s = time.perf_counter() - t
+                session.touched = time.monotonic()
+            turn = Turn(episode_id=session.episode_id, task_id="live", group_id=f"{session.episode_id}/{session.steps}",
+                        step_index=session.steps, policy_version=result.weight_version, prompt_ids=prompt_ids,
+                        response_ids=list(result.output_ids), rollout_logprobs=list(result.logprobs),
+                        action=self.renderer.response_text(result.output_ids), next_state=None, status="ok",
+                        finish_reason=result.finish_reason, messages=messages, tools=tools,
+                        meta={"session_id": session_id, "model": body.model or self.model_name})
+            self.book.add(session, turn)
+            if done:
+                self.book.end(session, "session_done")
+        return result, len(prompt_ids), policy_s
+
+
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of `tiny`, `smollm2` or a local HF folder, without loading the model."""
+    from transformers import AutoTokenizer
+
+    from agent.policy.models import byte_tokenizer, smollm2_dir
+
+    if name == "tiny":
+        return byte_tokenizer()
+    return AutoTokenizer.from_pretrained(smollm2_dir() if name == "smollm2" else name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy-url", required=True, help="SGLang-compatible policy server (SGLang or agent.policy.server)")
+    ap.add_argument("--model", required=True, help="the served model: tiny, smollm2 or a local HF folder (its tokenizer renders prompts)")
+    ap.add_argument("--served-name", default=None, help="name shown by /v1/models (default: --model)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--api-key", default=os.environ.get("OPENCLAW_PROXY_API_KEY"),
+                    help="Bearer key clients must send (default: $OPENCLAW_PROXY_API_KEY)")
+    ap.add_argument("--record-dir", default="runs/proxy", help="where turns-v<version>.jsonl are appended")
+    ap.add_argument("--ttl", type=float, default=600.0, help="seconds a session's last turn waits for a next state")
+    ap.add_argument("--max-tokens", type=int, default=1024, help="reply length when a request gives none")
+    args = ap.parse_args(argv)
+    if not args.api_key:
+        ap.error("--api-key (or $OPENCLAW_PROXY_API_KEY) is required")
+    logging.basicConfig(level=logging.INFO)
+    proxy = Proxy(args.policy_url, load_tokenizer(args.model), args.served_name or args.model, args.api_key,
+                  host=args.host, port=args.port, record_dir=args.record_dir, ttl_s=args.ttl,
+                  max_tokens=args.max_tokens, on_turn=lambda _turn: None)  # the records are the output here
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    proxy.start()
+    print(f"proxy serving on {proxy.url} -> {args.policy_url}", flush=True)
+    try:
+        while not stop.wait(1.0) and proxy.serving():
+            pass
+    finally:
+        proxy.stop()
+
+
+if __name__ == "__main__":
+    main()
