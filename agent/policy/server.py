@@ -205,6 +205,9 @@ class ServerHandle:
         self._server.should_exit = True
         self._thread.join(timeout_s)
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def __enter__(self) -> "ServerHandle":
         return self
 
@@ -215,20 +218,25 @@ class ServerHandle:
 def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
           served_model_name: str | None = None) -> ServerHandle:
     """Serve `engine` in a background thread; returns once the server accepts connections."""
+    return serve_app(create_app(engine, served_model_name), host, port, startup_timeout_s, "engine-http")
+
+
+def serve_app(app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
+              name: str = "http") -> ServerHandle:
+    """Serve any ASGI app in a background thread; returns once the server accepts connections."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))  # bind here so port=0 yields the real port before uvicorn starts
-    config = uvicorn.Config(create_app(engine, served_model_name), log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="engine-http", daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
             sock.close()
-            raise RuntimeError(f"engine HTTP server did not start on {host}:{sock.getsockname()[1]}")
+            raise RuntimeError(f"{name} server did not start on {host}:{sock.getsockname()[1]}")
         time.sleep(0.02)
     return ServerHandle(server, thread, f"http://{host}:{sock.getsockname()[1]}")
 
