@@ -1,0 +1,152 @@
+"""The bundled SWE instances: small Python libraries written for this project (repos/<name>/)
+with realistic bugs (bugs/<name>.yaml), turned into SWE-bench records, and one Docker image per
+library that holds its git history (every instance's base commit) and an offline pytest.
+
+A bug is a snippet of the finished library (`fixed`) and what it looks like broken (`buggy`),
+the test file(s) that catch it (`tests`) and an issue text. history.py makes the commits; the
+records' patch and test_patch are `git diff base_commit initial`, split by path.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envs.swe import history
+
+HERE = Path(__file__).resolve().parent
+REPOS = HERE / "repos"
+BUGS = HERE / "bugs"
+OWNER = "openclaw"
+WORKDIR = "/testbed"
+# pytest and what it imports, copied from this venv into each image (docker build has no network)
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
+DOCKERFILE = f"""ARG BASE
+FROM ${{BASE}}
+COPY vendor /opt/openclaw-pytest
+RUN d=$(python3 -c "import site; print(site.getsitepackages()[0])") && mkdir -p "$d" \\
+    && echo /opt/openclaw-pytest > "$d/openclaw-pytest.pth" && python3 -m pytest --version
+COPY repo /build/repo
+COPY history.py bugs.json /build/
+RUN python3 /build/history.py /build/repo /build/bugs.json {WORKDIR} && chown -R agent:agent {WORKDIR} \\
+    && rm -rf /build
+ENV PYTHONDONTWRITEBYTECODE=1
+WORKDIR {WORKDIR}
+"""
+
+_image_lock = threading.Lock()
+_images: dict[str, str] = {}  # repo name -> tag, this process
+builds: list[str] = []  # tags this process built (not found ready): the benchmark counts them
+
+
+def repo_names() -> list[str]:
+    return sorted(p.stem for p in BUGS.glob("*.yaml"))
+
+
+@functools.lru_cache(maxsize=None)
+def load_bugs(name: str) -> dict[str, Any]:
+    spec = yaml.safe_load((BUGS / f"{name}.yaml").read_text())
+    for bug in spec["bugs"]:
+        bug["id"] = str(bug["id"])
+        if isinstance(bug["tests"], str):
+            bug["tests"] = [bug["tests"]]
+    return spec
+
+
+def pytest_ids(path: Path, rel: str) -> list[str]:
+    """pytest node ids of the module-level test functions in one file."""
+    tree = ast.parse(path.read_text())
+    return [f"{rel}::{n.name}" for n in tree.body
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
+
+
+def _repo_records(name: str) -> list[dict[str, Any]]:
+    spec = load_bugs(name)
+    src = REPOS / name
+    all_tests = sorted(str(p.relative_to(src)) for p in (src / "tests").glob("test_*.py"))
+    with tempfile.TemporaryDirectory(prefix=f"openclaw-swe-{name}-") as tmp:
+        dest = os.path.join(tmp, name)
+        shas = history.build(str(src), spec["bugs"], dest)
+        records = []
+        for bug in spec["bugs"]:
+            base, tests = shas[bug["id"]], bug["tests"]
+            f2p = [t for rel in tests for t in pytest_ids(src / rel, rel)]
+            p2p = [t for rel in all_tests if rel not in tests for t in pytest_ids(src / rel, rel)]
+            records.append({
+                "instance_id": f"{OWNER}__{name}-{bug['id']}",
+                "repo": f"{OWNER}/{name}",
+                "base_commit": base,
+                "patch": history.git(dest, "diff", base, shas["initial"], "--", bug["file"]) + "\n",
+                "test_patch": history.git(dest, "diff", base, shas["initial"], "--", *tests) + "\n",
+                "problem_statement": bug["problem_statement"],
+                "hints_text": "",
+                "created_at": "2024-01-01T00:00:00Z",
+                "version": str(spec["version"]),
+                "environment_setup_commit": shas["initial"],
+                "FAIL_TO_PASS": json.dumps(f2p),
+                "PASS_TO_PASS": json.dumps(p2p),
+            })
+        return records
+
+
+@functools.lru_cache(maxsize=1)
+def instances() -> tuple[dict[str, Any], ...]:
+    """Every bundled instance as a SWE-bench record (built once per process, about a second)."""
+    return tuple(r for name in repo_names() for r in _repo_records(name))
+
+
+def is_bundled(record: dict[str, Any]) -> bool:
+    owner, _, name = str(record.get("repo", "")).partition("/")
+    return owner == OWNER and (BUGS / f"{name}.yaml").is_file()
+
+
+def _vendor_pytest(dest: Path) -> None:
+    dest.mkdir()
+    for mod in PYTEST_PACKAGES:
+        spec = importlib.util.find_spec(mod)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"{mod} is not installed in this venv: the SWE images copy pytest from it")
+        origin = Path(spec.origin)
+        if origin.name == "__init__.py":
+            shutil.copytree(origin.parent, dest / origin.parent.name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(origin, dest / origin.name)
+        # the metadata too: pluggy and pytest read their own version through importlib.metadata
+        for info in origin.parent.parent.glob("*.dist-info") if origin.name == "__init__.py" else ():
+            if info.name.lower().startswith(f"{mod}-") and not (dest / info.name).exists():
+                shutil.copytree(info, dest / info.name)
+
+
+def repo_image(name: str) -> str:
+    """The Docker tag of library `name`'s image, built on first use (one per library, shared by
+    all its instances and reused across processes while its recipe is unchanged)."""
+    from envs.sandbox import images
+
+    with _image_lock:
+        if name in _images:
+            return _images[name]
+        with tempfile.TemporaryDirectory(prefix=f"openclaw-swe-ctx-{name}-") as tmp:
+            ctx = Path(tmp)
+            (ctx / "Dockerfile").write_text(DOCKERFILE)
+            shutil.copytree(REPOS / name, ctx / "repo", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+            shutil.copy2(history.__file__, ctx / "history.py")
+            (ctx / "bugs.json").write_text(json.dumps(load_bugs(name)["bugs"], sort_keys=True))
+            _vendor_pytest(ctx / "vendor")
+            base = images.ensure_image("base")
+            expected = f"{images.REPO}/swe-{name}:{images.recipe_hash(ctx, base)}"
+            existed = images.image_exists(expected)
+            tag = images.build_image(ctx, base=base, name=f"swe-{name}")
+            if not existed:
+                builds.append(tag)
+        _images[name] = tag
+        return tag

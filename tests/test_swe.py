@@ -1,0 +1,145 @@
+"""SWE env on the real Docker engine: gold / empty / oracle grading, bad actions, check_env."""
+from __future__ import annotations
+
+import json
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from envs.sandbox import Limits, open_sandbox
+from envs.swe import bundled, grading
+from envs.swe.env import SWEEnv, pytest_counts
+from envs.tool_calls import render_tool_call
+
+pytestmark = pytest.mark.docker
+FAST = ["openclaw__datekit-2", "openclaw__exprcalc-3", "openclaw__minigraph-4"]
+ALL = [r["instance_id"] for r in bundled.instances()]
+
+
+def _record(iid: str) -> dict:
+    return next(r for r in bundled.instances() if r["instance_id"] == iid)
+
+
+def _grade(iid: str, patch: str) -> grading.Grade:
+    rec = _record(iid)
+    image = bundled.repo_image(rec["repo"].split("/")[1])
+    with open_sandbox("docker", image, Limits(), workdir=grading.WORKDIR, pool_size=1) as sb:
+        return grading.grade(sb, rec, patch, image)
+
+
+def _oracle_episode(env: SWEEnv, iid: str) -> tuple[float, dict]:
+    env.reset(options={"task_id": iid})
+    for action in env.task.oracle:
+        _, reward, term, trunc, info = env.step(action)
+        assert info["status"] == "ok", info["next_state"].content
+    assert term and not trunc
+    return reward, info
+
+
+def _check_instance(env: SWEEnv, iid: str) -> None:
+    gold = _grade(iid, _record(iid)["patch"])
+    assert gold.resolved, gold.log[-2000:]
+    empty = _grade(iid, "")
+    assert not empty.resolved and empty.report["tests_status"]["FAIL_TO_PASS"]["failure"], empty.log[-2000:]
+    reward, info = _oracle_episode(env, iid)
+    assert reward == 1.0 and info["next_state"].data["resolved"], info["next_state"].content
+    assert info["next_state"].kind == "tests" and info["next_state"].data["verdict"] == 1
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = SWEEnv()
+    yield e
+    e.close()
+
+
+def test_bundled_set_shape():
+    repos = {r["repo"] for r in bundled.instances()}
+    assert len(ALL) >= 20 and len(repos) >= 4
+    for r in bundled.instances():
+        assert json.loads(r["FAIL_TO_PASS"]) and json.loads(r["PASS_TO_PASS"])
+        assert r["patch"].startswith("diff --git") and r["test_patch"].startswith("diff --git")
+
+
+@pytest.mark.parametrize("iid", FAST)
+def test_instance_fast(env, iid):
+    _check_instance(env, iid)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("iid", [i for i in ALL if i not in FAST])
+def test_instance_full(env, iid):
+    _check_instance(env, iid)
+
+
+def test_unresolving_submit_and_verdicts(env):
+    env.reset(options={"task_id": "openclaw__exprcalc-1"})
+    _, _, _, _, info = env.step(render_tool_call("bash", {"command": "python3 -m pytest -q -p no:cacheprovider tests/test_exprcalc.py"}))
+    ns = info["next_state"]
+    assert ns.kind == "shell" and ns.role == "tool" and ns.data["exit_code"] == 0
+    assert ns.data["tests"] == {"passed": 10, "failed": 0} and ns.data["verdict"] == 1
+    _, _, _, _, info = env.step(render_tool_call("bash", {"command": "ls no-such-dir"}))
+    assert info["status"] == "ok" and info["next_state"].data["verdict"] == -1 and info["next_state"].data["exit_code"] != 0
+    _, reward, term, _, info = env.step(render_tool_call("submit", {}))
+    assert term and reward == -1.0 and not info["next_state"].data["resolved"]
+    assert "FAIL_TO_PASS: 0 passed, 2 failed" in info["next_state"].content
+
+
+def test_bad_actions(env):
+    env.reset(options={"task_id": "openclaw__inikit-2"})
+    cases = [
+        (render_tool_call("edit", {"command": "view", "path": "nope.py"}), "env_error", "does not exist"),
+        (render_tool_call("edit", {"command": "str_replace", "path": "nope.py", "old_str": "a", "new_str": "b"}), "env_error", "does not exist"),
+        (render_tool_call("edit", {"command": "str_replace", "path": "inikit/config.py", "old_str": "return", "new_str": "x"}), "env_error", "times in"),
+        (render_tool_call("edit", {"command": "str_replace", "path": "inikit/config.py", "old_str": "zzz", "new_str": "x"}), "env_error", "not found"),
+        (render_tool_call("edit", {"command": "create", "path": "inikit/config.py", "file_text": ""}), "env_error", "already exists"),
+        (render_tool_call("edit", {"command": "delete", "path": "x"}), "env_error", "must be one of"),
+        (render_tool_call("rm", {}), "invalid_action", "unknown tool"),
+        ('<tool_call>{"name": "bash"', "invalid_action", "never closed"),
+        ("I am thinking.", "invalid_action", "no tool calls"),
+    ]
+    for action, status, words in cases:
+        _, reward, term, trunc, info = env.step(action)
+        assert info["status"] == status and words in info["next_state"].content, info["next_state"].content
+        assert info["next_state"].data["verdict"] == -1 and reward == 0 and not term
+    env.close()
+
+
+def test_hanging_command_and_hanging_tests():
+    env = SWEEnv(command_timeout=2, test_timeout=8)
+    try:
+        env.reset(options={"task_id": "openclaw__minigraph-1"})
+        _, _, _, _, info = env.step(render_tool_call("bash", {"command": "sleep 60"}))
+        assert info["status"] == "env_error" and info["next_state"].data["timed_out"]
+        assert info["next_state"].data["verdict"] == -1 and "timed out" in info["next_state"].content
+        # a "fix" that makes the test run hang: graded as a timeout, not resolved, no crash
+        hang = {"command": "str_replace", "path": "minigraph/graph.py", "old_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n",
+                "new_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n        while True:\n            pass\n"}
+        assert env.step(render_tool_call("edit", hang))[4]["status"] == "ok"
+        _, reward, term, _, info = env.step(render_tool_call("submit", {}))
+        assert term and reward == -1.0 and info["status"] == "env_error"
+        assert info["next_state"].data["timed_out"] and "timed out" in info["next_state"].content
+    finally:
+        env.close()
+
+
+def test_patch_that_does_not_apply():
+    rec = _record("openclaw__datekit-1")
+    bad = rec["patch"].replace("return year % 4 == 0 and year % 100 != 0", "return something_else")
+    g = _grade("openclaw__datekit-1", bad)
+    assert not g.patch_applied and not g.resolved and "does not apply" in g.summary()
+
+
+def test_pytest_counts():
+    assert pytest_counts("...\n===== 2 failed, 5 passed in 0.12s =====\n") == {"passed": 5, "failed": 2}
+    assert pytest_counts("7 passed, 1 error in 3.00s") == {"passed": 7, "failed": 1}
+    assert pytest_counts("no summary here") is None
+
+
+def test_check_env_and_registration():
+    env = gymnasium.make("openclaw/SWE-v0").unwrapped
+    try:
+        check_env(env, skip_render_check=True)
+    finally:
+        env.close()
