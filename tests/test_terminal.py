@@ -191,6 +191,11 @@ def test_turn_limit_runs_the_tests():
         _, reward, term, _, info = env.step(bash("cat parts/*.txt | sort -n -u > merged.txt"))
         assert term and reward == 1.0 and info["next_state"].data["ended_by"] == "turn limit reached"
         assert info["next_state"].data["exit_code"] == 0 and "reward 1" in info["next_state"].content
+        env.reset(options={"task_id": "merge-numbers"})
+        env.step(bash("cat parts/*.txt | sort -n -u > merged.txt"))
+        _, reward, term, _, info = env.step("I am done.")  # a last action that is not a tool call
+        assert term and reward == 1.0 and info["status"] == "invalid_action"
+        assert "no tool call" in info["next_state"].content and info["next_state"].data["reward"] == 1.0
     finally:
         env.close()
 

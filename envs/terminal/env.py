@@ -8,8 +8,8 @@ The agent acts with one tool call per turn:
   submit()                 ends the episode: the task's tests/test.sh runs in the sandbox and
                            writes a reward acc in [0, 1] to /logs/verifier/reward.txt (Harbor's
                            convention); the outcome is 2*acc - 1 (kind "tests").
-At the turn limit (default 10) the last command is followed by the tests too, so every episode
-that is not cut by infrastructure gets the verifier's outcome.
+At the turn limit (default 10) the last action (whatever its status) is followed by the tests
+too, so every episode not cut by infrastructure or the deadline gets the verifier's outcome.
 
 Statuses:
   invalid_action  no tool call, a malformed one, an unknown tool, wrong or missing arguments, an
@@ -51,7 +51,7 @@ from envs.base import AgentEnv, NextState, Status, StepResult, Task
 from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
 from envs.sandbox.shell import bash_quote
 from envs.terminal.tasks import BUNDLED, load_suite
-from envs.tool_calls import ParsedAction, function_schema, parse_action, render_tool_call
+from envs.tool_calls import ParsedAction, ToolCall, function_schema, parse_action, render_tool_call
 
 SYSTEM_PROMPT = f"""You are working in a Linux terminal (bash, no network) to complete a task. \
 Use one tool call per turn. Run shell commands with the `bash` tool:
@@ -185,22 +185,18 @@ class TerminalEnv(AgentEnv):
         if left <= 0:
             return StepResult(NextState("tool", f"Episode deadline of {self.episode_timeout_s:g}s passed.", "shell",
                                         {"error": "episode deadline"}), Status.TIMEOUT)
-        parsed = parse_action(action)
-        call, error = self._one_call(parsed)
-        if error is not None:
-            return self._invalid(error)
-        if call.name == "submit":
+        call, error = self._one_call(parse_action(action))
+        if call is not None and call.name == "submit":
             return self._submit()
-        command, timeout, error = self._bash_args(call.arguments)
-        if error is not None:
-            return self._invalid(error)
-        result = self._run(command, min(timeout, max(left, 1.0)))
-        if result.status is Status.OK and self.turn + 1 >= self.max_turns:
-            return self._submit(prefix=result.next_state, why="turn limit reached")
+        if call is not None:
+            command, timeout, error = self._bash_args(call.arguments)
+        result = self._invalid(error) if error is not None else self._run(command, min(timeout, max(left, 1.0)))
+        if not result.status.is_infra and self.turn + 1 >= self.max_turns:
+            return self._submit(last=result, why="turn limit reached")
         return result
 
     # ---- actions -----------------------------------------------------------------------
-    def _one_call(self, parsed: ParsedAction):
+    def _one_call(self, parsed: ParsedAction) -> tuple[ToolCall | None, str | None]:
         if parsed.errors:
             return None, "; ".join(parsed.errors)
         if not parsed.calls:
@@ -268,18 +264,20 @@ class TerminalEnv(AgentEnv):
         ns = NextState("tool", _cap("\n".join(parts), self.max_obs_chars), "shell", data)
         return StepResult(ns, Status.ENV_ERROR if killed else Status.OK)
 
-    def _submit(self, prefix: NextState | None = None, why: str = "submitted") -> StepResult:
+    def _submit(self, last: StepResult | None = None, why: str = "submitted") -> StepResult:
+        """Run the tests and end the episode. `last`: the final turn's own result (turn limit),
+        whose status and state come first."""
         assert self.task is not None
         try:
             acc, log = self._verify(self.task)
         except SandboxError as e:
             return self._infra(f"the sandbox failed while running the tests: {e}")
-        outcome = 2.0 * acc - 1.0
         summary = f"[{why}: the task's tests gave reward {acc:g}]"
-        data: dict[str, Any] = dict(prefix.data) if prefix is not None else {}
+        data: dict[str, Any] = dict(last.next_state.data) if last is not None else {}
         data.update({"reward": acc, "tests_passed": acc >= 1.0, "verifier_log": log, "verdict": _verdict(acc), "ended_by": why})
-        content = summary if prefix is None else f"{prefix.content}\n\n{summary}"
-        return StepResult(NextState("tool", content, "tests", data), Status.OK, done=True, outcome=outcome)
+        content = summary if last is None else f"{last.next_state.content}\n\n{summary}"
+        status = last.status if last is not None else Status.OK
+        return StepResult(NextState("tool", content, "tests", data), status, done=True, outcome=2.0 * acc - 1.0)
 
     def _verify(self, task: Task) -> tuple[float, str]:
         """Copy tests/ in, run test.sh from the work dir, read the reward (missing or bad -> 0)."""

@@ -30,6 +30,14 @@ def _fill(env: TerminalEnv, n: int, timeout_s: float = 600.0) -> None:
         time.sleep(0.2)
 
 
+def _why(ep) -> str:
+    """One line on why an oracle episode did not pass (load on a shared machine: timeouts)."""
+    last = ep.turns[-1].next_state if ep.turns else None
+    if ep.status != "ok" or last is None:
+        return f"{ep.job.task_id}: {ep.status} {ep.error or ''}"[:200]
+    return f"{ep.job.task_id}: {last.content[-160:]!r}"
+
+
 def run_at(n: int, episodes: int, ids: list[str]) -> dict:
     made: list[TerminalEnv] = []
 
@@ -49,7 +57,9 @@ def run_at(n: int, episodes: int, ids: list[str]) -> dict:
     finally:
         runner.close()
     busy = sum(e.duration_s for e in eps)
+    failed = [e for e in eps if e.outcome != 1.0]
     return {
+        f"failures_{n}": [_why(e) for e in failed[:5]],
         f"episodes_per_s_{n}": round(len(eps) / wall, 2),
         f"passed_{n}": sum(e.outcome == 1.0 for e in eps) / len(eps),
         f"episode_s_mean_{n}": round(busy / len(eps), 3),
