@@ -19,6 +19,7 @@ from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
 from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv
+from learner.evaluation import HeldOutEvaluator, supports_heldout
 from learner.judges import LLMJudge, RulesJudge
 from learner.runlog import RunLog
 from learner.scorer import MODE_SIGNALS, NextStateScorer
@@ -29,7 +30,7 @@ class ConfigError(ValueError):
     """A run misconfigured by the user; the message says what to do."""
 
 
-_ENV_RESERVED = ("name", "id", "entry_point")
+_ENV_RESERVED = ("name", "id", "entry_point", "user_llm", "via_proxy")
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -145,7 +146,45 @@ def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: A
     )
 
 
-async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog: RunLog) -> Training:
+def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv]) -> HeldOutEvaluator | None:
+    """Held-out personalization for envs that offer it (chat_sim), with a model policy."""
+    if policy.client is None or policy.renderer is None or int(cfg.eval.n_tasks) <= 0:
+        return None
+    env = make_env()
+    if not supports_heldout(env):
+        env.close()
+        return None
+    sampling = dataclasses.replace(sampling_params(cfg), temperature=float(cfg.eval.temperature), seed=int(cfg.seed))
+    return HeldOutEvaluator(env, policy.client, policy.renderer, sampling, n_tasks=int(cfg.eval.n_tasks))
+
+
+def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: list) -> Callable[[list[dict]], str]:
+    """A blocking `complete(messages) -> str` for LLM-backed simulated users (envs are sync and
+    run in worker threads; the client lives on the run's event loop)."""
+    from agent.policy.chat_client import ChatClient
+
+    uc = cfg.env.user_llm
+    url = uc.get("url")
+    if not url:
+        from agent.policy.engine import Engine
+        from agent.policy.server import serve
+
+        engine = Engine(str(uc.model), dtype=str(cfg.model.dtype), seed=int(cfg.seed) + 2)
+        server = serve(engine, host="127.0.0.1", port=0)
+        closers += [engine.close, server.stop]
+        url = server.url
+    client = ChatClient(str(url), model=str(uc.model), api_key=uc.get("api_key"), timeout=float(cfg.timeouts.step_s))
+    closers.append(client.aclose)
+
+    def complete(messages: list[dict]) -> str:
+        fut = asyncio.run_coroutine_threadsafe(client.complete(messages, temperature=0.7, max_tokens=256), loop)
+        return fut.result(timeout=float(cfg.timeouts.step_s))[0]
+
+    return complete
+
+
+async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog: RunLog,
+                         evaluator: HeldOutEvaluator | None = None) -> Training:
     mode = str(cfg.mode.name)
     if policy.client is None or policy.renderer is None:
         raise ConfigError(f"mode={mode} trains a model: use policy=local or policy=sglang (not {cfg.policy.name})")
@@ -163,7 +202,7 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
     return Training(mode, policy.client, runner, runlog, scorer, learner, closers,
                     w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),
                     checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume),
-                    max_staleness=int(cfg.learner.get("max_staleness", 1)))
+                    max_staleness=int(cfg.learner.get("max_staleness", 1)), evaluator=evaluator)
 
 
 def _build_learner(cfg: DictConfig) -> Any:

@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.rollout import Runner
-from experiments.factories import ConfigError, build_policy, build_training, env_factory
+from experiments.factories import ConfigError, build_evaluator, build_policy, build_training, env_factory, user_complete
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
 from learner.wandb_log import WandbSink
@@ -55,7 +55,11 @@ def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
 
 
 async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
-    make_env = env_factory(cfg)
+    closers: list = []
+    extra = {}
+    if cfg.env.get("user") == "llm":
+        extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
+    make_env = env_factory(cfg, extra)
     policy = build_policy(cfg)
     runner = Runner(
         make_env, policy.make_actor, n_envs=int(cfg.n_envs), step_timeout_s=float(cfg.timeouts.step_s),
@@ -64,13 +68,18 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step),
                           group_size=int(cfg.group_size), seed=int(cfg.seed))
     try:
+        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env)
         if cfg.mode.train:
-            training = await build_training(cfg, policy, runner, runlog)
+            training = await build_training(cfg, policy, runner, runlog, evaluator)
             return await training.run(loop_cfg)
-        return await run_loop(runner, loop_cfg, runlog)
+        return await run_loop(runner, loop_cfg, runlog, evaluator=evaluator)
     finally:
         await asyncio.to_thread(runner.close)
         await policy.aclose()
+        for fn in reversed(closers):
+            r = fn()
+            if asyncio.iscoroutine(r):
+                await r
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
@@ -94,7 +103,9 @@ def main(cfg: DictConfig) -> None:
     finally:
         runlog.close()
     last = rows[-1] if rows else {}
-    log.info("done: %d steps, outcome_mean=%s, run dir %s", len(rows), last.get("outcome_mean"), runlog.dir)
+    trained = [r for r in rows if not r.get("eval_only")]
+    last = trained[-1] if trained else {}
+    log.info("done: %d steps, outcome_mean=%s, run dir %s", len(trained), last.get("outcome_mean"), runlog.dir)
 
 
 def unknown_env(argv: list[str]) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections import Counter
 from typing import Any, Awaitable, Callable
@@ -19,6 +20,8 @@ import numpy as np
 from agent.rollout import Episode, EpisodeJob, Runner
 from agent.turn import Turn
 from learner.runlog import RunLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -40,8 +43,8 @@ class StepOutput:
 
 # A trainer takes one step's scored turns and returns metrics and the new policy version.
 Trainer = Callable[[int, list[Turn]], Awaitable[StepOutput]]
-# Extra per-step metrics (e.g. personalization on held-out tasks), given the step and version.
-Evaluator = Callable[[int], Awaitable[dict[str, Any]]]
+# Held-out figures of the current policy (e.g. personalization); see learner/evaluation.py.
+Evaluator = Callable[[], Awaitable[dict[str, Any]]]
 
 
 def make_jobs(task_ids: list[str], step: int, cfg: LoopConfig) -> list[EpisodeJob]:
@@ -80,6 +83,16 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, Any]:
     }
 
 
+def step_summary(row: dict[str, Any]) -> str:
+    """The step's headline figures, for the one progress line per RL step."""
+    keys = ("reward_mean", "outcome_mean", "prm_score_mean", "opd_accept_rate")
+    parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), (int, float))]
+    t = row.get("timings", {})
+    parts.append(f"{row.get('episodes', 0)} episodes, {t.get('step_s', 0.0):.1f}s (rollouts {t.get('rollout_s', 0.0):.1f}s, "
+                 f"train {t.get('train_s', 0.0):.1f}s)")
+    return " ".join(parts)
+
+
 async def run_loop(
     runner: Runner,
     cfg: LoopConfig,
@@ -101,6 +114,9 @@ async def run_loop(
 
     nxt: asyncio.Task | None = asyncio.create_task(rollouts(start_step)) if start_step < cfg.steps else None
     t_last = time.monotonic()  # wall time per step counts overlapped rollouts once
+    # Row k carries the held-out figures of the policy after k updates (measured before step k
+    # trains); the figures after the last update go into one more, evaluation-only row.
+    held_out = await evaluator() if evaluator is not None else {}
     try:
         for step in range(start_step, cfg.steps):
             assert nxt is not None
@@ -123,8 +139,9 @@ async def run_loop(
             else:
                 row.setdefault("reward_mean", row["outcome_mean"])
             t_train = time.monotonic() - t1
-            if evaluator is not None:
-                row.update(await evaluator(step))
+            row.update(held_out)
+            if evaluator is not None and trainer is not None:
+                held_out = await evaluator()
             row["policy_version"] = policy_version
             now = time.monotonic()
             row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train, "step_s": now - t_last}
@@ -135,11 +152,16 @@ async def run_loop(
                 row.setdefault(key, None)
             runlog.turns(turns)
             runlog.metrics(row)
+            log.info("step %d/%d: %s", step + 1, cfg.steps, step_summary(row))
             rows.append(row)
             if after_step is not None:  # after the metrics, so a resume never repeats a logged step
                 await after_step(step, step + 1 == cfg.steps)
             if nxt is None and step + 1 < cfg.steps:
                 nxt = asyncio.create_task(rollouts(step + 1))
+        if held_out and trainer is not None and rows:
+            final = {"step": cfg.steps, "eval_only": True, "policy_version": policy_version, **held_out}
+            runlog.metrics(final)
+            rows.append(final)
     finally:
         if nxt is not None and not nxt.done():
             nxt.cancel()

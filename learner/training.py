@@ -19,7 +19,7 @@ from agent.policy.base import PolicyClient
 from agent.rollout import Runner
 from agent.turn import Turn
 from learner.advantages import build_samples
-from learner.loop import LoopConfig, StepOutput, run_loop
+from learner.loop import Evaluator, LoopConfig, StepOutput, run_loop
 from learner.parsing import mean_vote
 from learner.runlog import RunLog
 from learner.samples import Sample
@@ -44,7 +44,8 @@ class Training:
     def __init__(self, mode: str, client: PolicyClient, runner: Runner, runlog: RunLog,
                  scorer: NextStateScorer | None, learner: Any, closers: list, *, w_opd: float = 1.0,
                  w_rl: float = 1.0, prm_coef: float = 1.0, checkpoint_every: int = 1, resume: bool = False,
-                 max_staleness: int = 1) -> None:
+                 max_staleness: int = 1, evaluator: Evaluator | None = None) -> None:
+        self.evaluator = evaluator
         self.mode = mode
         self.client = client
         self.weights = {"w_opd": w_opd, "w_rl": w_rl, "prm_coef": prm_coef}
@@ -129,7 +130,7 @@ class Training:
         loop_cfg.max_staleness = self.max_staleness
         try:
             return await run_loop(self.runner, loop_cfg, self.runlog, trainer=self.train,
-                                  pending_scores=self.pending_scores, after_step=self.after_step,
+                                  pending_scores=self.pending_scores, after_step=self.after_step, evaluator=self.evaluator,
                                   start_step=start, policy_version=self.version)
         finally:
             for t in list(self._pending):

@@ -1,6 +1,9 @@
 """JSON over HTTP for the policy and chat clients: one timeout per call, bounded retries on
-connection errors only (a request that reached the server is never sent twice), and errors that
-carry the server's own message."""
+connection errors, and errors that carry the server's own message.
+
+A connection the server closed while the client reused it (keep-alive race, worst under load)
+surfaces as ReadError/WriteError: those are retried too. Every route the clients call is safe
+to repeat (generation and scoring have no side effects; a weight update names its version)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +11,7 @@ from typing import Any
 
 import httpx
 
-RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class ServerError(RuntimeError):

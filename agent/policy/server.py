@@ -227,7 +227,9 @@ def serve_app(app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_time
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))  # bind here so port=0 yields the real port before uvicorn starts
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    # keep-alive well past a client's idle gaps, so pooled connections are rarely closed under it
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                            timeout_keep_alive=120)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
     thread.start()
