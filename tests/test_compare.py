@@ -28,6 +28,7 @@ def sweep(tmp_path_factory) -> Path:
     p = subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
     assert p.returncode == 0, p.stderr[-3000:]
+    (root / "sweep.log").write_text(p.stdout + p.stderr)  # Hydra logs to stdout
     return root
 
 
@@ -42,6 +43,9 @@ def test_multirun_writes_one_run_dir_per_mode(sweep):
         assert run.mode == mode and run.env == "custom"
         assert [r["step"] for r in run.rows] == list(range(STEPS))
         assert all(r["timings"]["step_s"] > 0 for r in run.rows)
+    log = (sweep / "sweep.log").read_text()
+    for k in range(1, STEPS + 1):  # one progress line per RL step and job
+        assert log.count(f"step {k}/{STEPS}: reward_mean=") == len(MODES)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +40,29 @@ def _chunks(data: bytes) -> list[bytes]:
     return out
 
 
-def offline_records(run_dir: Path) -> dict[str, Any]:
-    """What the offline W&B run in run_dir holds: run (group, display_name), config, history."""
+def offline_records(run_dir: Path, timeout_s: float = 60.0) -> dict[str, Any]:
+    """What the offline W&B run in run_dir holds: run (group, display_name), config, history.
+    W&B's service process may still be writing after finish() returns: wait for the exit record."""
     (f,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    rec: dict[str, Any] = {"run": {}, "config": {}, "history": []}
-    for chunk in _chunks(f.read_bytes()):
-        r = pb.Record()
-        r.ParseFromString(chunk)
-        kind = r.WhichOneof("record_type")
-        if kind == "run":
-            rec["run"] = {"group": r.run.run_group, "display_name": r.run.display_name}
-            rec["config"].update({i.key: json.loads(i.value_json) for i in r.run.config.update})
-        elif kind == "config":
-            rec["config"].update({i.key: json.loads(i.value_json) for i in r.config.update})
-        elif kind == "history":
-            rec["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
-    return rec
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rec: dict[str, Any] = {"run": {}, "config": {}, "history": [], "exit": False}
+        for chunk in _chunks(f.read_bytes()):
+            r = pb.Record()
+            r.ParseFromString(chunk)
+            kind = r.WhichOneof("record_type")
+            if kind == "run":
+                rec["run"] = {"group": r.run.run_group, "display_name": r.run.display_name}
+                rec["config"].update({i.key: json.loads(i.value_json) for i in r.run.config.update})
+            elif kind == "config":
+                rec["config"].update({i.key: json.loads(i.value_json) for i in r.config.update})
+            elif kind == "history":
+                rec["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
+            elif kind == "exit":
+                rec["exit"] = True
+        if rec["exit"] or time.monotonic() > deadline:
+            return rec
+        time.sleep(0.5)
 
 
 def _turn(i: int, step: int) -> Turn:
