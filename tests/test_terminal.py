@@ -246,3 +246,20 @@ def test_64_concurrent_oracle_episodes_pass_and_leave_no_container():
     while sweeper._containers(sweeper.run_id()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert sweeper._containers(sweeper.run_id()) == []
+
+
+@pytest.mark.docker
+def test_random_actions_run_to_an_outcome(docker_env):
+    import numpy as np
+
+    statuses = {"ok", "invalid_action", "env_error", "infra_error", "timeout"}
+    rng = np.random.default_rng(0)
+    for seed in range(2):
+        docker_env.reset(seed=seed, options={"task_id": "top-words"})
+        for _ in range(docker_env.max_turns):
+            _, reward, term, trunc, info = docker_env.step(docker_env.random_action(rng))
+            assert info["status"] in statuses and info["status"] != "infra_error"
+            assert info["next_state"].data["verdict"] in (-1, 0, 1)
+            if term or trunc:
+                break
+        assert term and reward == -1.0  # random actions do not solve the task; the tests still run
