@@ -143,3 +143,16 @@ def test_check_env_and_registration():
         check_env(env, skip_render_check=True)
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_32_concurrent_episodes_share_images_and_leave_nothing():
+    from experiments.bench.swe import containers_left, run_oracle_episodes
+
+    ids = [r["instance_id"] for r in bundled.instances()]
+    builds_before = len(bundled.builds)
+    seconds, episodes, resolved, images = run_oracle_episodes(32, 1, ids)
+    assert episodes == 32 and resolved == 32
+    assert len(images) == len({r["repo"] for r in bundled.instances()})  # one image per repository
+    assert len(bundled.builds) - builds_before <= len(images)  # never one per instance
+    assert containers_left() == 0

@@ -85,8 +85,8 @@ def _repo_records(name: str) -> list[dict[str, Any]]:
                 "instance_id": f"{OWNER}__{name}-{bug['id']}",
                 "repo": f"{OWNER}/{name}",
                 "base_commit": base,
-                "patch": history.git(dest, "diff", base, shas["initial"], "--", bug["file"]) + "\n",
-                "test_patch": history.git(dest, "diff", base, shas["initial"], "--", *tests) + "\n",
+                "patch": history.git(dest, "diff", base, shas["initial"], "--", bug["file"]),
+                "test_patch": history.git(dest, "diff", base, shas["initial"], "--", *tests),
                 "problem_statement": bug["problem_statement"],
                 "hints_text": "",
                 "created_at": "2024-01-01T00:00:00Z",
@@ -100,8 +100,19 @@ def _repo_records(name: str) -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=1)
 def instances() -> tuple[dict[str, Any], ...]:
-    """Every bundled instance as a SWE-bench record (built once per process, about a second)."""
-    return tuple(r for name in repo_names() for r in _repo_records(name))
+    """Every bundled instance as a SWE-bench record. Making them runs git some hundred times, so
+    they are kept in a file keyed by the hash of everything they come from."""
+    from envs.sandbox.images import recipe_hash
+
+    key = recipe_hash(REPOS, Path(history.__file__).read_text(), *(p.read_text() for p in sorted(BUGS.glob("*.yaml"))))
+    cache = Path(tempfile.gettempdir()) / f"openclaw-swe-records-{key}.json"
+    if cache.is_file():
+        return tuple(json.loads(cache.read_text()))
+    records = [r for name in repo_names() for r in _repo_records(name)]
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(records))
+    os.replace(tmp, cache)
+    return tuple(records)
 
 
 def is_bundled(record: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ from shlex import quote as bash_quote
 from typing import Any
 
 from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
 
 from envs.sandbox import Sandbox
 
@@ -90,7 +91,11 @@ def oracle_edits(patch: str) -> list[dict[str, Any]]:
     """Edit-tool arguments that make the same change as `patch`: one str_replace per hunk
     (context + removed lines -> context + added lines), a create per added file."""
     calls: list[dict[str, Any]] = []
-    for f in PatchSet(patch):
+    try:
+        files = PatchSet(patch)
+    except UnidiffParseError as e:
+        raise ValueError(f"the gold patch is not a readable unified diff: {e}") from None
+    for f in files:
         if f.is_added_file:
             text = "".join(line.value for hunk in f for line in hunk if line.is_added)
             calls.append({"command": "create", "path": f.path, "file_text": text})

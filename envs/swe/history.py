@@ -33,7 +33,7 @@ def git(repo: str, *args: str) -> str:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
+    return proc.stdout
 
 
 def build(src: str, bugs: list[dict], dest: str) -> dict[str, str]:
@@ -43,7 +43,7 @@ def build(src: str, bugs: list[dict], dest: str) -> dict[str, str]:
     git(dest, "init", "-q", "-b", INITIAL_BRANCH)
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "-m", "Initial version")
-    shas = {"initial": git(dest, "rev-parse", "HEAD")}
+    shas = {"initial": git(dest, "rev-parse", "HEAD").strip()}
     for bug in bugs:
         bid = str(bug["id"])
         git(dest, "checkout", "-q", "-b", f"base-{bid}", shas["initial"])
@@ -56,7 +56,7 @@ def build(src: str, bugs: list[dict], dest: str) -> dict[str, str]:
             f.write(text.replace(bug["fixed"], bug["buggy"]))
         git(dest, "rm", "-q", "--", *bug["tests"])
         git(dest, "commit", "-q", "-a", "-m", f"State before issue {bid}")
-        shas[bid] = git(dest, "rev-parse", "HEAD")
+        shas[bid] = git(dest, "rev-parse", "HEAD").strip()
     git(dest, "checkout", "-q", INITIAL_BRANCH)
     return shas
 
