@@ -94,7 +94,7 @@ class TorchLearner:
         self.model.to(self.device).train()
         self.model.config.use_cache = False
         if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.ref_model = None
         if kl_coef > 0:
             self.ref_model, _ = load_model(model_name_or_path, dtype="bfloat16" if bf16 else "float32", seed=seed)

@@ -147,7 +147,7 @@ def test_bf16_autocast_and_gradient_checkpointing_train():
     ref = TorchLearner("tiny", lr=1e-3, seed=0)
     learner = TorchLearner("tiny", lr=1e-3, bf16=True, gradient_checkpointing=True, seed=0)
     samples = with_current_logprobs(ref, batch())
-    assert learner.model.is_gradient_checkpointing
+    assert learner.model.is_activation_checkpointing
     assert [x for lp in learner.logprobs(samples) for x in lp] == pytest.approx([x for lp in ref.logprobs(samples) for x in lp], abs=0.05)
     losses = [learner.train_step(samples)["loss"] for _ in range(3)]
     assert all(p.dtype == torch.float32 for p in learner.model.parameters())  # master weights stay fp32
