@@ -179,8 +179,8 @@ class Proxy:
                                                                  turn_type == "main", done)
             except ValueError as e:
                 return _error(400, str(e))
-            except ServerError as e:
-                return _error(502, f"policy server failed: {e}", "upstream_error")
+            except ServerError as e:  # the policy's own 400 (a prompt too long, say) is the caller's error
+                return _error(400 if e.status == 400 else 502, f"policy server: {e.message}", "upstream_error")
             raw = self.renderer.response_text(result.output_ids)
             if body.stream:
                 usage = bool((body.stream_options or {}).get("include_usage"))

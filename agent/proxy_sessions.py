@@ -167,6 +167,8 @@ class SessionBook:
         s.steps += 1
         s.pending = turn
         s.touched = time.monotonic()
+        if self.sessions.get(s.session_id) is not s:  # ended while this turn was sampled (stop, a side "done")
+            self.close_pending(s, None, "session_ended", done=True)
 
     def end(self, s: Session, closed: str) -> None:
         self.close_pending(s, None, closed, done=True)

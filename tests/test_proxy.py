@@ -212,7 +212,7 @@ def test_tool_call_replies_in_openai_format():
 
 
 def test_keys_and_bad_requests(stack):
-    _, _, proxy, _ = stack
+    engine, _, proxy, _ = stack
 
     async def go():
         wrong = client(proxy, "sk-wrong")
@@ -223,7 +223,8 @@ def test_keys_and_bad_requests(stack):
         await wrong.close()
         c = client(proxy)
         assert [m.id for m in (await c.models.list()).data] == ["tiny"]
-        for kwargs in ({"n": 2}, {"stop": ["\n"]}, {"messages": []}):
+        too_long = [{"role": "user", "content": "x" * (engine.max_positions + 10)}]  # refused by the policy itself
+        for kwargs in ({"n": 2}, {"stop": ["\n"]}, {"messages": []}, {"messages": too_long}):
             with pytest.raises(openai.BadRequestError):
                 await c.chat.completions.create(**{"model": "tiny", "max_tokens": 4,
                                                    "messages": [{"role": "user", "content": "hi"}], **kwargs})
