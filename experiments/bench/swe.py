@@ -20,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 def _remove_images() -> int:
     import docker
 
+    from envs.sandbox import sweeper
     from envs.sandbox.engine import client
 
+    sweeper.sweep()  # containers of dead runs would keep their images
     n = 0
     for img in client().images.list(name="openclaw/swe-*"):
         for tag in img.tags:
