@@ -30,7 +30,8 @@ version that sampled it.
 Streaming is emulated: a PolicyClient returns whole results, so the reply is sent as SSE chunks
 once sampled. Non-streamed answers carry `Server-Timing: policy;dur=..,proxy;dur=..` (ms).
 
-`python -m agent.proxy --policy-url URL --model NAME --port N --api-key KEY [--record-dir DIR]`
+`python -m agent.proxy --policy-url URL --model NAME --port N --api-key KEY [--record-dir DIR]`, or
+`--engine-port M` instead of --policy-url to run the embedded engine in the proxy's process.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent.chat import ChatRenderer
 from agent.policy.base import GenerateResult, PolicyClient, SamplingParams
 from agent.policy.jsonhttp import ServerError
-from agent.policy.server import ServerHandle, serve_app
+from agent.policy.engine import Engine
+from agent.policy.server import ServerHandle, serve, serve_app
 from agent.policy.sglang_client import SGLangClient
 from agent.proxy_openai import completion_body, stream_events, template_messages
 from agent.proxy_sessions import SessionBook, TurnSink, next_state_of
@@ -275,7 +277,10 @@ def load_tokenizer(name: str) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policy-url", required=True, help="SGLang-compatible policy server (SGLang or agent.policy.server)")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--policy-url", help="SGLang-compatible policy server (SGLang or agent.policy.server)")
+    where.add_argument("--engine-port", type=int, help="run the embedded engine in this process instead (no second "
+                       "HTTP hop) and also serve its SGLang routes on this port (0: any free port)")
     ap.add_argument("--model", required=True, help="the served model: tiny, smollm2 or a local HF folder (its tokenizer renders prompts)")
     ap.add_argument("--served-name", default=None, help="name shown by /v1/models (default: --model)")
     ap.add_argument("--host", default="127.0.0.1")
@@ -285,23 +290,31 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record-dir", default="runs/proxy", help="where turns-v<version>.jsonl are appended")
     ap.add_argument("--ttl", type=float, default=600.0, help="seconds a session's last turn waits for a next state")
     ap.add_argument("--max-tokens", type=int, default=1024, help="reply length when a request gives none")
+    ap.add_argument("--max-batch", type=int, default=64, help="embedded engine only: sequences decoded together")
     args = ap.parse_args(argv)
     if not args.api_key:
         ap.error("--api-key (or $OPENCLAW_PROXY_API_KEY) is required")
     logging.basicConfig(level=logging.INFO)
-    proxy = Proxy(args.policy_url, load_tokenizer(args.model), args.served_name or args.model, args.api_key,
-                  host=args.host, port=args.port, record_dir=args.record_dir, ttl_s=args.ttl,
-                  max_tokens=args.max_tokens, on_turn=lambda _turn: None)  # the records are the output here
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    proxy.start()
-    print(f"proxy serving on {proxy.url} -> {args.policy_url}", flush=True)
-    try:
+    with contextlib.ExitStack() as cleanup:
+        if args.engine_port is not None:
+            engine = Engine(args.model, max_batch=args.max_batch)
+            cleanup.callback(engine.close)
+            handle = serve(engine, args.host, args.engine_port)
+            cleanup.callback(handle.stop)
+            policy, tokenizer, target = engine, engine.tokenizer, f"embedded engine (SGLang routes on {handle.url})"
+        else:
+            policy, tokenizer, target = args.policy_url, load_tokenizer(args.model), args.policy_url
+        proxy = Proxy(policy, tokenizer, args.served_name or args.model, args.api_key, host=args.host, port=args.port,
+                      record_dir=args.record_dir, ttl_s=args.ttl, max_tokens=args.max_tokens,
+                      on_turn=lambda _turn: None)  # the records are the output here
+        proxy.start()
+        cleanup.callback(proxy.stop)
+        print(f"proxy serving on {proxy.url} -> {target}", flush=True)
         while not stop.wait(1.0) and proxy.serving():
             pass
-    finally:
-        proxy.stop()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """Live-user proxy overhead: latency per request through the proxy (OpenAI chat completions)
 against the same engine directly (SGLang /generate), at 1 and N concurrent sessions, same run.
 
-The engine server and the proxy run as their own processes, as deployed (`python -m
-agent.policy.server`, `python -m agent.proxy`); this process only sends requests. Both paths
+The proxy runs as its own process (`python -m agent.proxy`); this process only sends requests.
+`--policy embedded` (default): the proxy's process holds the engine and also serves its SGLang
+routes, so both paths are one HTTP hop into the same engine. `--policy process`: the engine is
+its own server (`python -m agent.policy.server`) behind the proxy, two hops. Both paths
 sample the same prompt ids greedily for the same number of tokens, so the engine does identical
 work and the difference is what the proxy adds (one more HTTP hop, rendering, parsing,
 recording). Rounds alternate direct and proxied so load from neighbours hits both alike.
-Also reported: the proxy's own time per request from its Server-Timing header.
+Also reported: the proxy's own time per request from its Server-Timing header, and the CPU time
+the proxy process adds per request (the figure least moved by a loaded machine).
 
 Goal (issue 8): added p50 under 5 ms at 64 concurrent sessions.
 `python -m experiments.bench proxy [--concurrency 1 64] [--requests 4] [--rounds 3] [--max-tokens 4]`
@@ -38,34 +41,41 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--requests", type=int, default=4, help="requests per session per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=4)
+    ap.add_argument("--policy", choices=["embedded", "process"], default="embedded",
+                    help="embedded: the proxy's process holds the engine and serves its SGLang routes too (one hop "
+                         "either way); process: the engine is its own server behind the proxy (two hops)")
     args = ap.parse_args(argv)
     renderer = ChatRenderer(load_tokenizer(args.model))
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     prompt_ids = renderer.render_prompt(messages)
-    engine_port = _free_port()
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as records:
         procs = []
         try:
-            procs.append(_spawn([sys.executable, "-m", "agent.policy.server", "--model", args.model,
-                                 "--port", str(engine_port), "--max-batch", str(max(args.concurrency))],
-                                f"{records}/engine.log"))
+            engine_port, proxy_port = _free_port(), _free_port()
+            proxy_cmd = [sys.executable, "-m", "agent.proxy", "--model", args.model, "--port", str(proxy_port),
+                         "--api-key", KEY, "--record-dir", records]
             engine_url = f"http://127.0.0.1:{engine_port}"
-            _wait_ok(engine_url + "/health", procs[0])
-            proxy_port = _free_port()
-            procs.append(_spawn([sys.executable, "-m", "agent.proxy", "--policy-url", engine_url, "--model",
-                                 args.model, "--port", str(proxy_port), "--api-key", KEY, "--record-dir", records],
-                                f"{records}/proxy.log"))
+            if args.policy == "embedded":
+                proxy_cmd += ["--engine-port", str(engine_port), "--max-batch", str(max(args.concurrency))]
+            else:
+                procs.append(_spawn([sys.executable, "-m", "agent.policy.server", "--model", args.model,
+                                     "--port", str(engine_port), "--max-batch", str(max(args.concurrency))],
+                                    f"{records}/engine.log"))
+                _wait_ok(engine_url + "/health", procs[-1])
+                proxy_cmd += ["--policy-url", engine_url]
+            procs.append(_spawn(proxy_cmd, f"{records}/proxy.log"))
             proxy_url = f"http://127.0.0.1:{proxy_port}"
-            _wait_ok(proxy_url + "/health", procs[1])
+            _wait_ok(proxy_url + "/health", procs[-1])
+            _wait_ok(engine_url + "/health", procs[-1])
             direct_body = {"input_ids": prompt_ids, "return_logprob": True,
                            "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 0.0,
                                                "stop_token_ids": renderer.stop_token_ids}}
             chat_body = {"model": args.model, "messages": messages, "max_tokens": args.max_tokens, "temperature": 0.0}
-            figures = asyncio.run(_measure(engine_url, proxy_url, direct_body, chat_body, args))
+            figures = asyncio.run(_measure(engine_url, proxy_url, direct_body, chat_body, args, procs[-1].pid))
         finally:
             for p in reversed(procs):
                 _stop(p)
-    figures.update({"model": args.model, "max_tokens": args.max_tokens, "requests_per_session": args.requests,
+    figures.update({"policy": args.policy, "model": args.model, "max_tokens": args.max_tokens, "requests_per_session": args.requests,
                     "rounds": args.rounds, "goal": "added_p50_ms < 5 at 64 sessions",
                     "load_average_1m": round(os.getloadavg()[0], 1), "cpus": os.cpu_count()})
     if "c64" in figures:
@@ -73,7 +83,7 @@ def main(argv: list[str]) -> dict:
     return figures
 
 
-async def _measure(engine_url: str, proxy_url: str, direct_body: dict, chat_body: dict, args) -> dict:
+async def _measure(engine_url: str, proxy_url: str, direct_body: dict, chat_body: dict, args, proxy_pid: int) -> dict:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         retries = {"n": 0}
@@ -112,9 +122,14 @@ async def _measure(engine_url: str, proxy_url: str, direct_body: dict, chat_body
         out = {}
         for c in args.concurrency:
             d_lat, p_lat, inside = [], [], []
+            cpu_s = 0.0  # the proxy process's CPU in proxied runs less in direct ones (an embedded engine counts in both)
             for _ in range(args.rounds):
+                cpu0 = _cpu_s(proxy_pid)
                 d_lat += [x for x, _ in await run(direct, c)]
-                for lat, own in await run(proxied, c):
+                cpu1 = _cpu_s(proxy_pid)
+                answers = await run(proxied, c)
+                cpu_s += (_cpu_s(proxy_pid) - cpu1) - (cpu1 - cpu0)
+                for lat, own in answers:
                     p_lat.append(lat)
                     if own is not None:
                         inside.append(own)
@@ -123,6 +138,8 @@ async def _measure(engine_url: str, proxy_url: str, direct_body: dict, chat_body
                 "direct_p50_ms": d50, "direct_p99_ms": d99, "proxy_p50_ms": p50, "proxy_p99_ms": p99,
                 "added_p50_ms": round(p50 - d50, 3), "added_p99_ms": round(p99 - d99, 3),
                 "proxy_own_p50_ms": _pct(inside, 50, scale=1.0), "proxy_own_p99_ms": _pct(inside, 99, scale=1.0),
+                # CPU the proxy adds per request: unlike latencies, barely moved by other load.
+                "added_cpu_ms_per_request": round(cpu_s * 1e3 / len(p_lat), 3),
                 "requests": len(p_lat),
             }
         out["connection_retries"] = retries["n"]
@@ -135,6 +152,13 @@ def _pct(xs: list[float], q: int, scale: float = 1e3) -> float:
     if len(xs) == 1:
         return round(xs[0] * scale, 3)
     return round(statistics.quantiles(xs, n=100, method="inclusive")[q - 1] * scale, 3)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _proxy_ms(header: str) -> float | None:
