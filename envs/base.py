@@ -29,6 +29,14 @@ from gymnasium import spaces
 MAX_TEXT = 1 << 20  # characters; observations longer than this are cut by the env itself
 
 
+def cap_text(text: str, limit: int) -> str:
+    """Keep the head and tail of an over-long observation, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
 class Status(str, enum.Enum):
     OK = "ok"
     INVALID_ACTION = "invalid_action"

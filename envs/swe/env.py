@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.base import AgentEnv, NextState, Status, StepResult, Task
+from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
 from envs.sandbox import ExecResult, Limits, SandboxError, open_sandbox
 from envs.swe import bundled, grading
 from envs.swe.edit import EditError, oracle_edits, run_edit
@@ -56,13 +56,6 @@ def pytest_counts(output: str) -> dict[str, int] | None:
         elif word in ("failed", "error", "errors"):
             counts["failed"] += int(n)
     return counts
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
 class SWEEnv(AgentEnv):
@@ -194,7 +187,7 @@ class SWEEnv(AgentEnv):
             verdict, note = self._tests_verdict(tests), f"[exit code {r.exit_code}]"
         else:
             verdict, note = (0 if r.exit_code == 0 else -1), f"[exit code {r.exit_code}]"
-        content = _cap((out.rstrip("\n") + "\n" if out.strip() else "(no output)\n") + note, self.max_obs_chars)
+        content = cap_text((out.rstrip("\n") + "\n" if out.strip() else "(no output)\n") + note, self.max_obs_chars)
         data = {"tool": "bash", "command": cmd, "exit_code": r.exit_code, "timed_out": r.timed_out,
                 "truncated": r.truncated, "tests": tests, "verdict": verdict}
         status = Status.ENV_ERROR if r.limit == "timeout" else Status.OK
@@ -218,7 +211,7 @@ class SWEEnv(AgentEnv):
             data.update(error=str(e), verdict=-1, exit_code=1)
             return StepResult(NextState("tool", f"Error: {e}", "shell", data), Status.ENV_ERROR)
         data.update(verdict=0, exit_code=0)
-        return StepResult(NextState("tool", _cap(content, self.max_obs_chars), "shell", data), Status.OK)
+        return StepResult(NextState("tool", cap_text(content, self.max_obs_chars), "shell", data), Status.OK)
 
     def _submit(self) -> StepResult:
         base = str(self.record["base_commit"])
@@ -241,7 +234,7 @@ class SWEEnv(AgentEnv):
         verdict = 1 if result.resolved else -1
         data = {"resolved": result.resolved, "patch_applied": result.patch_applied, "timed_out": result.timed_out,
                 "tests_status": result.report.get("tests_status"), "patch": patch, "verdict": verdict}
-        content = _cap(result.summary(), self.max_obs_chars)
+        content = cap_text(result.summary(), self.max_obs_chars)
         status = Status.ENV_ERROR if result.timed_out else Status.OK
         return StepResult(NextState("tool", content, "tests", data), status, done=True, outcome=float(verdict))
 

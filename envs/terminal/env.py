@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.base import AgentEnv, NextState, Status, StepResult, Task
+from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
 from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
 from envs.sandbox.shell import bash_quote
 from envs.terminal.tasks import BUNDLED, load_suite
@@ -67,13 +67,6 @@ REWARD_PATH = "/logs/verifier/reward.txt"
 def _clean(text: str) -> str:
     """Text safe to show a model: control bytes (binary output) become U+FFFD."""
     return _CONTROL.sub("\ufffd", text)
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
 def _verdict(acc: float) -> int:
@@ -176,7 +169,7 @@ class TerminalEnv(AgentEnv):
         self._sb.copy_in(str(Path(task.meta["dir"]) / "environment"), stage)
         r = self._sb.exec(f"(bash {stage}/setup.sh) </dev/null; rc=$?; rm -rf {stage}; (exit $rc)", timeout=120.0, max_output=8192)
         if not r.ok:
-            raise SandboxError(f"setup.sh of {task.task_id} failed (exit {r.exit_code}): {_cap(r.stderr + r.stdout, 2000)}")
+            raise SandboxError(f"setup.sh of {task.task_id} failed (exit {r.exit_code}): {cap_text(r.stderr + r.stdout, 2000)}")
 
     def _act(self, action: str) -> StepResult:
         if self._broken is not None:
@@ -261,7 +254,7 @@ class TerminalEnv(AgentEnv):
             "timed_out": r.timed_out, "truncated": r.truncated, "duration_s": round(r.duration_s, 4), "shell_restarted": restarted,
             "verdict": 1 if r.exit_code == 0 and not killed else -1,
         }
-        ns = NextState("tool", _cap("\n".join(parts), self.max_obs_chars), "shell", data)
+        ns = NextState("tool", cap_text("\n".join(parts), self.max_obs_chars), "shell", data)
         return StepResult(ns, Status.ENV_ERROR if killed else Status.OK)
 
     def _submit(self, last: StepResult | None = None, why: str = "submitted") -> StepResult:
@@ -302,7 +295,7 @@ class TerminalEnv(AgentEnv):
         r = self._exec(f"(builtin cd -- {wd} && bash {tests_dir}/test.sh) </dev/null 2>&1; echo \"__RC=$?\"; builtin cd -- {wd}",
                        task.meta["verifier_timeout_s"], 32_768)
         got = self._exec(f"cat {reward_file} 2>/dev/null", 10.0, 4096).stdout.strip()
-        log = _cap(_clean(r.stdout), 4000) + ("\n[verifier timed out]" if r.timed_out else "")
+        log = cap_text(_clean(r.stdout), 4000) + ("\n[verifier timed out]" if r.timed_out else "")
         try:
             acc = float(got.split()[0]) if got else 0.0
         except ValueError:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.base import AgentEnv, NextState, Status, StepResult, Task
+from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
 from envs.sandbox import Limits, SandboxError
 from envs.tool_calls import function_schema, parse_action, render_tool_call
 from envs.toolcall import problems
@@ -28,14 +28,6 @@ fractions) and returns what the code prints. Call it like this:
 Use print() to see results. Each call starts from scratch, so include everything the code needs.
 When you know the answer, reply without a tool call and put the final answer in \\boxed{{}}, \
 for example: The answer is \\boxed{{42}}. Give exact values (a fraction like 7/3 rather than a rounded decimal)."""
-
-
-def _cap(text: str, limit: int) -> str:
-    """Keep the head and tail of an over-long observation."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
 class ToolCallEnv(AgentEnv):
@@ -112,7 +104,7 @@ class ToolCallEnv(AgentEnv):
 
     def _invalid(self, error: str, role: str, hint: str | None = None) -> StepResult:
         hint = hint or f'Call tools as <tool_call>{{"name": "{TOOL_NAME}", "arguments": {{"code": "..."}}}}</tool_call>.'
-        content = _cap(f"Error: {error}. {hint}", self.max_obs_chars)
+        content = cap_text(f"Error: {error}. {hint}", self.max_obs_chars)
         kind = "tool_result" if role == "tool" else "user_reply"
         return StepResult(NextState(role, content, kind, {"error": error, "verdict": -1}), Status.INVALID_ACTION)
 
@@ -135,7 +127,7 @@ class ToolCallEnv(AgentEnv):
             content = f"Error: the python tool is unavailable (sandbox failure: {e}). This is not your fault."
             return StepResult(NextState("tool", content, "tool_result", {"error": f"sandbox: {e}"}), Status.INFRA_ERROR)
         parts = [self._render(r) for r in runs]
-        content = _cap("\n\n".join(parts) if len(parts) > 1 else parts[0], self.max_obs_chars)
+        content = cap_text("\n\n".join(parts) if len(parts) > 1 else parts[0], self.max_obs_chars)
         last = runs[-1]
         data = {
             "tool": TOOL_NAME, "exit_code": last.exit_code, "stdout": last.stdout, "stderr": last.stderr,
