@@ -114,6 +114,8 @@ def sampling_params(cfg: DictConfig) -> SamplingParams:
 
 def build_policy(cfg: DictConfig) -> Policy:
     name = str(cfg.policy.name)
+    if name in ("oracle", "random") and cfg.mode.train:
+        raise ConfigError(f"policy={name} has no model to train; add mode=eval (or use policy=local)")
     if name == "oracle":
         return Policy(name, make_actor=lambda job: OracleActor())
     if name == "random":

@@ -18,7 +18,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_custom_env_runs_through_the_cli_and_writes_the_run_dir(tmp_path):
     run_dir = tmp_path / "run"
-    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:CountdownEnv", "policy=oracle", "n_envs=2",
+    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:CountdownEnv", "policy=oracle", "mode=eval", "n_envs=2",
                 "steps=2", "tasks_per_step=3", "group_size=2", f"run_dir={run_dir}")
     assert p.returncode == 0, p.stderr
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -43,11 +43,11 @@ def test_custom_env_runs_through_the_cli_and_writes_the_run_dir(tmp_path):
 
 
 def test_misconfiguration_gives_one_clear_line(tmp_path):
-    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:CountdownEnv", "+env.bogus=1", "policy=oracle", f"run_dir={tmp_path}/r")
+    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:CountdownEnv", "+env.bogus=1", "policy=oracle", "mode=eval", f"run_dir={tmp_path}/r")
     assert p.returncode != 0 and "has no option bogus" in p.stderr and "Traceback" not in p.stderr
-    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:Nope", "policy=oracle", f"run_dir={tmp_path}/r2")
+    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:Nope", "policy=oracle", "mode=eval", f"run_dir={tmp_path}/r2")
     assert p.returncode != 0 and "cannot load" in p.stderr and "Traceback" not in p.stderr
-    p = run_cli("env=custom", "env.entry_point=json:dumps", "policy=oracle", f"run_dir={tmp_path}/r3")
+    p = run_cli("env=custom", "env.entry_point=json:dumps", "policy=oracle", "mode=eval", f"run_dir={tmp_path}/r3")
     assert p.returncode != 0 and "not a subclass" in p.stderr
-    p = run_cli("policy=oracle", "no_such_key=1", f"run_dir={tmp_path}/r4")
+    p = run_cli("policy=oracle", "mode=eval", "no_such_key=1", f"run_dir={tmp_path}/r4")
     assert p.returncode != 0 and "no_such_key" in p.stderr

@@ -23,7 +23,7 @@ def server():
 
 
 def test_attach_runs_rollouts_through_the_sglang_client(tmp_path, server):
-    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:FirstCharEnv", "model=tiny", "policy=sglang",
+    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:FirstCharEnv", "model=tiny", "policy=sglang", "mode=eval",
                 f"policy.url={server.url}", "steps=1", "tasks_per_step=2", "group_size=2", "sampling.max_new_tokens=4",
                 f"run_dir={tmp_path}")
     assert p.returncode == 0, p.stderr[-2000:]
@@ -33,7 +33,7 @@ def test_attach_runs_rollouts_through_the_sglang_client(tmp_path, server):
 
 
 def test_attach_to_nothing_fails_with_a_clear_message(tmp_path):
-    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:FirstCharEnv", "model=tiny", "policy=sglang",
+    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:FirstCharEnv", "model=tiny", "policy=sglang", "mode=eval",
                 "policy.url=http://127.0.0.1:9", "policy.launch_timeout_s=2", f"run_dir={tmp_path}")
     assert p.returncode != 0 and "not healthy" in p.stderr
 
