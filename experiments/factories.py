@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import logging
 from typing import Any, Callable
 
 import asyncio
@@ -66,6 +67,20 @@ def _require_docker() -> None:
                           "start one with `bash scripts/setup.d/10-docker.sh` (as root), or run with sandbox=bwrap")
 
 
+def sandbox_backend(name: str) -> str:
+    """`auto` -> docker when an engine answers, else bwrap (checked once per run)."""
+    if name not in ("auto", "docker", "bwrap"):
+        raise ConfigError(f"unknown sandbox {name!r}; choose auto, docker or bwrap")
+    if name != "auto":
+        return name
+    from envs.sandbox.engine import engine_available
+
+    if engine_available():
+        return "docker"
+    logging.getLogger(__name__).warning("no Docker engine answers: sandboxes use bubblewrap")
+    return "bwrap"
+
+
 def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callable[[], AgentEnv]:
     """A zero-argument constructor of the configured env. Options under `env.` are passed to
     the constructor (null means "the env's default"); `sandbox` is passed where accepted."""
@@ -75,7 +90,7 @@ def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callabl
     params = inspect.signature(cls.__init__).parameters
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if "sandbox" in params and "sandbox" not in opts:
-        opts["sandbox"] = str(cfg.sandbox.name)
+        opts["sandbox"] = sandbox_backend(str(cfg.sandbox.name))
     if opts.get("sandbox") == "docker":
         _require_docker()
     for k, v in (extra or {}).items():

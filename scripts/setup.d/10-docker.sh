@@ -24,7 +24,8 @@ if ! docker info >/dev/null 2>&1; then
   # first thing to read when the daemon misbehaves under load).
   if ! pgrep -x dockerd >/dev/null; then
     say "starting dockerd (log: $log)"
-    nohup dockerd >>"$log" 2>&1 </dev/null &
+    # its own session: it must outlive the shell (and process group) that ran the setup
+    setsid nohup dockerd >>"$log" 2>&1 </dev/null &
   fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   if ! docker info >/dev/null 2>&1; then
