@@ -29,7 +29,8 @@ class Action:
 
 
 class Actor(Protocol):
-    """One episode's decision maker. `begin` once, then `act` / `observe` alternately."""
+    """One episode's decision maker. `begin` once, then `act` / `observe` alternately, then
+    `end` when the episode is over (however it ended)."""
 
     def begin(self, env: AgentEnv, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None: ...
 
@@ -37,8 +38,15 @@ class Actor(Protocol):
 
     def observe(self, action: Action, next_state: NextState) -> None: ...
 
+    async def end(self) -> None: ...
 
-class ModelActor:
+
+class _NoEnd:
+    async def end(self) -> None:
+        pass
+
+
+class ModelActor(_NoEnd):
     def __init__(self, client: PolicyClient, renderer: ChatRenderer, sampling: SamplingParams, max_context: int) -> None:
         self.client = client
         self.renderer = renderer
@@ -71,7 +79,7 @@ class ModelActor:
         self.ids = action.prompt_ids + action.response_ids + delta
 
 
-class OracleActor:
+class OracleActor(_NoEnd):
     """Each task's known-good actions (no model): tests every env end to end."""
 
     def begin(self, env: AgentEnv, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
@@ -84,7 +92,7 @@ class OracleActor:
         pass
 
 
-class RandomActor:
+class RandomActor(_NoEnd):
     """Random actions from the env's own generator (seeded per episode)."""
 
     def __init__(self, seed: int) -> None:

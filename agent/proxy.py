@@ -16,6 +16,10 @@ Headers:
   X-Session-Done  truthy (1/true/yes/on): after this request the session is over; its last turn
                   is closed with no next state.
 
+POST /v1/sessions/{id}/end ends a session without a request to answer; its optional body
+{"message": {"role": "user", "content": ...}} is the last turn's next state (a user's closing
+words, such as a simulated user's "thanks, that's it", that need no reply).
+
 A main turn: the request's messages are rendered with the model's chat template into prompt
 ids, the policy samples, and the turn keeps the sampler's own response ids and log-probs (the
 reply is never re-tokenised). Its next state is the last message of the session's next main
@@ -39,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import signal
@@ -58,8 +63,8 @@ from agent.policy.jsonhttp import ServerError
 from agent.policy.engine import Engine
 from agent.policy.server import ServerHandle, serve, serve_app
 from agent.policy.sglang_client import SGLangClient
-from agent.proxy_openai import completion_body, stream_events, template_messages
-from agent.proxy_sessions import SessionBook, TurnSink, next_state_of
+from agent.proxy_openai import completion_body, content_text, stream_events, template_messages
+from agent.proxy_sessions import NEXT_STATE_KINDS, SessionBook, TurnSink, next_state_of
 from agent.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -83,8 +88,8 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
 
 
-def _error(status: int, message: str, code: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": code, "code": status}}, status_code=status)
+def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": code or status}}, status_code=status)
 
 
 def _unauthorized() -> JSONResponse:
@@ -182,6 +187,8 @@ class Proxy:
             except ValueError as e:
                 return _error(400, str(e))
             except ServerError as e:  # the policy's own 400 (a prompt too long, say) is the caller's error
+                if e.status == 400 and "context" in e.message.lower():  # OpenAI's code, so clients can tell
+                    return _error(400, f"policy server: {e.message}", code="context_length_exceeded")
                 return _error(400 if e.status == 400 else 502, f"policy server: {e.message}", "upstream_error")
             raw = self.renderer.response_text(result.output_ids)
             if body.stream:
@@ -194,6 +201,32 @@ class Proxy:
             total_ms = (time.perf_counter() - t0) * 1e3
             resp.headers["Server-Timing"] = f"policy;dur={policy_s * 1e3:.3f}, proxy;dur={total_ms - policy_s * 1e3:.3f}"
             return resp
+
+        @app.post("/v1/sessions/{session_id}/end")
+        async def end_session(session_id: str, request: Request):
+            if not self._authorized(request.headers.get("authorization")):
+                return _unauthorized()
+            raw = await request.body()
+            try:
+                message = (json.loads(raw) if raw.strip() else {}).get("message")
+            except (ValueError, AttributeError):
+                return _error(400, 'the body must be JSON: {"message": {"role": ..., "content": ...}} or empty')
+            if message is not None:
+                try:
+                    if not (isinstance(message, dict) and message.get("role") in NEXT_STATE_KINDS):
+                        raise ValueError("message must be an object with role user or tool")
+                    message = {**message, "content": content_text(message.get("content"))}
+                except ValueError as e:
+                    return _error(400, str(e))
+            session = self.book.sessions.get(session_id)
+            if session is None:
+                return _error(404, f"no open session {session_id!r}", "not_found")
+            async with session.lock:
+                ns = next_state_of(message) if message is not None else None
+                had_turn = session.pending is not None
+                self.book.close_pending(session, ns, "session_end", done=True)
+                self.book.end(session, "session_done")
+            return {"session_id": session_id, "closed_turn": had_turn}
 
         return app
 

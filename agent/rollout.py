@@ -136,6 +136,7 @@ class Runner:
         deadline = t0 + self.episode_timeout_s
         turns: list[Turn] = []
         env: AgentEnv | None = None
+        actor: Actor | None = None
         try:
             env = await self._take_env()
             _, info = await self._call(
@@ -200,6 +201,15 @@ class Runner:
         finally:
             if env is not None:
                 self._idle.append(env)
+            if actor is not None:
+                await self._end(actor, job)
+
+    async def _end(self, actor: Actor, job: EpisodeJob) -> None:
+        """Tell the actor the episode is over (bounded: a hung end must not hold the step)."""
+        try:
+            await asyncio.wait_for(actor.end(), min(self.step_timeout_s, 60.0))
+        except Exception as e:  # the episode's record is complete; only the actor's own bookkeeping is lost
+            log.warning("episode %s: actor.end() failed: %s: %s", job.episode_id, type(e).__name__, e)
 
     def _budget(self, deadline: float) -> tuple[float, str]:
         left = deadline - time.monotonic()

@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import inspect
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
 import asyncio
@@ -161,6 +162,34 @@ def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: A
         make_actor=lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context),
         client=client, renderer=renderer, tokenizer=tokenizer, _close=list(closers),
     )
+
+
+def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, closers: list) -> Any:
+    """The rollout runner; with `env.via_proxy=true`, episodes talk to the policy through a
+    live-user proxy (started here, records in run_dir/proxy) and train on its records."""
+    kw = dict(n_envs=int(cfg.n_envs), step_timeout_s=float(cfg.timeouts.step_s),
+              episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
+    if not cfg.env.get("via_proxy"):
+        return Runner(make_env, policy.make_actor, **kw)
+    if policy.client is None or not hasattr(policy.client, "url"):
+        raise ConfigError(f"env.via_proxy=true needs a model behind an HTTP server: use policy=local or policy=sglang "
+                          f"(not {cfg.policy.name})")
+    from agent.proxy import Proxy
+    from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, new_api_key
+
+    key = new_api_key()
+    rollouts: ProxyRollouts | None = None
+    proxy = Proxy(policy.client.url, policy.tokenizer, str(cfg.model.path), key, record_dir=Path(cfg.run_dir) / "proxy",
+                  on_turn=lambda turn: rollouts.from_proxy(turn), max_tokens=int(cfg.sampling.max_new_tokens))
+    proxy.start()
+    closers.append(proxy.stop)
+    link = ProxyLink(proxy.url, key, str(cfg.model.path), float(cfg.timeouts.step_s), int(cfg.n_envs) + 8)
+    closers.append(link.aclose)
+    sampling = sampling_params(cfg)
+    runner = Runner(make_env, lambda job: ProxyActor(link, job.episode_id, dataclasses.replace(sampling, seed=job.seed)),
+                    **kw)
+    rollouts = ProxyRollouts(runner)
+    return rollouts
 
 
 def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv]) -> HeldOutEvaluator | None:

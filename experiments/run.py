@@ -15,8 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from agent.rollout import Runner
-from experiments.factories import ConfigError, build_evaluator, build_policy, build_training, env_factory, user_complete
+from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_training, env_factory, user_complete
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
 from learner.wandb_log import WandbSink
@@ -61,10 +60,7 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
         extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
     make_env = env_factory(cfg, extra)
     policy = build_policy(cfg)
-    runner = Runner(
-        make_env, policy.make_actor, n_envs=int(cfg.n_envs), step_timeout_s=float(cfg.timeouts.step_s),
-        episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress),
-    )
+    runner = build_runner(cfg, make_env, policy, closers)
     loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step),
                           group_size=int(cfg.group_size), seed=int(cfg.seed))
     try:

@@ -224,7 +224,10 @@ def test_keys_and_bad_requests(stack):
         c = client(proxy)
         assert [m.id for m in (await c.models.list()).data] == ["tiny"]
         too_long = [{"role": "user", "content": "x" * (engine.max_positions + 10)}]  # refused by the policy itself
-        for kwargs in ({"n": 2}, {"stop": ["\n"]}, {"messages": []}, {"messages": too_long}):
+        with pytest.raises(openai.BadRequestError) as e:
+            await c.chat.completions.create(model="tiny", messages=too_long, max_tokens=4)
+        assert e.value.code == "context_length_exceeded"  # OpenAI's code: a client can end the conversation
+        for kwargs in ({"n": 2}, {"stop": ["\n"]}, {"messages": []}):
             with pytest.raises(openai.BadRequestError):
                 await c.chat.completions.create(**{"model": "tiny", "max_tokens": 4,
                                                    "messages": [{"role": "user", "content": "hi"}], **kwargs})
@@ -236,6 +239,36 @@ def test_keys_and_bad_requests(stack):
     asyncio.run(go())
     missing = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
     assert missing.status_code == 401 and "API key" in missing.json()["error"]["message"]
+
+
+def test_session_end_gives_the_last_turn_the_users_closing_words(stack):
+    _, _, proxy, _ = stack
+    end = proxy.url + "/v1/sessions/{}/end"
+    auth = {"Authorization": f"Bearer {KEY}"}
+
+    async def go():
+        c = client(proxy)
+        consumer = asyncio.create_task(collect(proxy, 2, "end-"))
+        for sid in ("end-words", "end-silent"):
+            await c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=MAX_TOKENS, extra_headers=headers(sid, "main"))
+        async with httpx.AsyncClient() as h:
+            assert (await h.post(end.format("end-words"), json={"message": {"role": "user", "content": "thanks!"}})).status_code == 401
+            assert (await h.post(end.format("end-words"), headers=auth, json={"message": {"role": "robot"}})).status_code == 400
+            assert (await h.post(end.format("end-words"), headers=auth, content=b"{not json")).status_code == 400
+            r = await h.post(end.format("end-words"), headers=auth, json={"message": {"role": "user", "content": "thanks!"}})
+            assert r.status_code == 200 and r.json()["closed_turn"] is True
+            assert (await h.post(end.format("end-silent"), headers=auth)).status_code == 200
+            assert (await h.post(end.format("end-words"), headers=auth)).status_code == 404  # already over
+        turns = {t.meta["session_id"]: t for t in await consumer}
+        await c.close()
+        return turns
+
+    turns = asyncio.run(go())
+    words, silent = turns["end-words"], turns["end-silent"]
+    assert words.episode_done and words.meta["closed"] == "session_end"
+    assert (words.next_state.role, words.next_state.kind, words.next_state.content) == ("user", "user_reply", "thanks!")
+    assert silent.episode_done and silent.next_state.kind == "none"
 
 
 def test_request_without_session_is_a_session_of_its_own(stack):
