@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agent.actors import Action, Actor
+from agent.policy.base import PolicyUnavailable
 from agent.turn import Turn
 from envs.base import AgentEnv, NextState, Status
 
@@ -152,6 +153,8 @@ class Runner:
                     action = await asyncio.wait_for(actor.act(), budget)
                 except asyncio.TimeoutError:
                     raise _Deadline(which, budget) from None
+                except PolicyUnavailable:  # no later episode can run either: the run stops
+                    raise
                 except Exception as e:
                     raise _PolicyFailure(f"{type(e).__name__}: {e}") from e
                 if action.context_full:
@@ -192,6 +195,8 @@ class Runner:
         except _PolicyFailure as e:  # the env is fine; only this episode is lost
             log.warning("episode %s: policy failed: %s", job.episode_id, e)
             return self._finish(job, turns, outcome=None, status=Status.INFRA_ERROR.value, t0=t0, error=f"policy: {e}")
+        except PolicyUnavailable:
+            raise
         except Exception as e:
             log.warning("episode %s failed: %s", job.episode_id, traceback.format_exc())
             if env is not None:

@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from agent.policy.base import PolicyUnavailable
 from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_training, env_factory, user_complete
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
@@ -92,7 +93,7 @@ def main(cfg: DictConfig) -> None:
     runlog.add_sink(wandb_sink(cfg, runlog.dir))
     try:
         rows = asyncio.run(experiment(cfg, runlog))
-    except ConfigError as e:
+    except (ConfigError, PolicyUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit("interrupted: everything this run started was stopped")

@@ -2,15 +2,31 @@
 stands in for SGLang here; on a GPU host the same config attaches to or launches SGLang)."""
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
+from agent.policy.base import PolicyUnavailable, SamplingParams
 from agent.policy.engine import Engine
+from agent.policy.models import save_model, tiny_model
 from agent.policy.server import serve
-from agent.policy.sglang_launch import hf_folder, launch_command
-from tests.test_run_cli import run_cli
+from agent.policy.sglang_client import SGLangClient
+from agent.policy.sglang_launch import connect_or_launch, hf_folder, launch_command
+from tests.test_run_cli import REPO, run_cli
+
+log = logging.getLogger(__name__)
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +63,173 @@ def test_launch_command_and_model_folder(tmp_path, monkeypatch):
     assert cmd[cmd.index("--model-path") + 1] == str(folder) and cmd[-2:] == ["--tp", "2"]
     with pytest.raises(FileNotFoundError):
         hf_folder(str(Path(tmp_path) / "nowhere"))
+
+
+# ---- health and restarts: a launched "SGLang" that is really the embedded engine's server --------
+ENGINE_SERVER = ["{python}", "-m", "agent.policy.server", "--model", "{model_path}", "--host", "{host}",
+                 "--port", "{port}", "--dtype", "float32"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def command_override() -> str:
+    return "policy.command=[" + ",".join(f'"{part}"' for part in ENGINE_SERVER) + "]"
+
+
+def sglang_cfg(tmp_path: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "experiments" / "conf"), version_base=None):
+        return compose("config", overrides=["model=tiny", "policy=sglang", command_override(), f"policy.port={free_port()}",
+                                            "policy.launch_timeout_s=180", "timeouts.step_s=120", f"run_dir={tmp_path}",
+                                            *overrides])
+
+
+def kill(server) -> int:
+    pid = server.proc.pid
+    os.killpg(pid, signal.SIGKILL)
+    server.proc.wait(30)
+    return pid
+
+
+def test_a_launched_server_that_dies_is_restarted_with_the_latest_weights(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="agent.policy.sglang_launch")
+    client, tok, closers = connect_or_launch(sglang_cfg(tmp_path, "policy.max_restarts=1"))
+    server = client.supervisor
+    model, _ = tiny_model(seed=1)
+    save_model(model, tok, tmp_path / "v1")
+    ids = tok("restart me")["input_ids"]
+
+    async def go():
+        base = await client.score(ids, 1)
+        assert await client.update_weights(str(tmp_path / "v1"), 1) == 1
+        before = await client.score(ids, 1)
+        first_pid = kill(server)
+        t0 = time.monotonic()
+        after = await client.score(ids, 1)  # fails, restarts the server, loads v1 into it, asks again
+        out = await client.generate(ids, SamplingParams(max_new_tokens=2))
+        second_pid = kill(server)
+        with pytest.raises(PolicyUnavailable, match="max_restarts=1 restarts are used up"):
+            await client.generate(ids, SamplingParams(max_new_tokens=2))
+        return base, before, after, out, first_pid, second_pid, time.monotonic() - t0
+
+    try:
+        base, before, after, out, first_pid, second_pid, took = asyncio.run(go())
+    finally:
+        for fn in reversed(closers):
+            r = fn()
+            if asyncio.iscoroutine(r):
+                asyncio.run(r)
+    assert first_pid != second_pid and server.restarts == 1 and server.proc.poll() is not None
+    assert max(abs(a - b) for a, b in zip(before, after)) < 1e-4  # the restarted server serves v1 ...
+    assert max(abs(a - b) for a, b in zip(base, before)) > 1e-2   # ... which is not the base model
+    assert out.weight_version == 1
+    assert "is down (exit code -9): restart 1 of 1" in caplog.text and "is back" in caplog.text
+    log.info("restart took %.1fs", took)
+
+
+def test_an_attached_server_that_dies_is_a_clear_error_not_a_hang():
+    engine = Engine("tiny", dtype="float32", seed=0)
+    handle = serve(engine)
+    ids = engine.tokenizer("hello")["input_ids"]
+
+    async def go():
+        async with SGLangClient(handle.url, timeout=30) as client:
+            await client.generate(ids, SamplingParams(max_new_tokens=2))
+            handle.stop()
+            t0 = time.monotonic()
+            with pytest.raises(PolicyUnavailable, match="stopped answering .* attached"):
+                await client.generate(ids, SamplingParams(max_new_tokens=2))
+            return time.monotonic() - t0
+
+    try:
+        took = asyncio.run(go())
+    finally:
+        handle.stop()
+        engine.close()
+    assert took < 30
+
+
+RUN = ["env=custom", "env.entry_point=tests.toy_envs:FirstCharEnv", "model=tiny", "mode=outcome", "n_envs=4",
+       "tasks_per_step=2", "group_size=4", "sampling.max_new_tokens=2", "learner.lr=0.01", "learner.max_staleness=0",
+       "wandb.mode=disabled", "policy=sglang", "progress=false"]
+
+
+def start_run(*args: str) -> tuple[subprocess.Popen, list[str]]:
+    """The CLI in the background; its output lines (logs and errors) collect in the returned list."""
+    p = subprocess.Popen([sys.executable, "-m", "experiments.run", *args], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+
+    def pump() -> None:
+        for line in p.stdout:
+            lines.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return p, lines
+
+
+def wait_rows(path: Path, n: int, p: subprocess.Popen, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (path.is_file() and len(path.read_text().splitlines()) >= n):
+        assert p.poll() is None, f"the run ended (code {p.returncode}) before step {n}"
+        assert time.monotonic() < deadline, f"no step {n} after {timeout_s}s"
+        time.sleep(0.2)
+
+
+def stop_run(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+@pytest.mark.slow
+def test_a_training_run_survives_its_launched_server_dying(tmp_path):
+    p, lines = start_run(*RUN, command_override(), f"policy.port={free_port()}", "policy.launch_timeout_s=180",
+                         "steps=4", f"run_dir={tmp_path}")
+    try:
+        wait_rows(tmp_path / "metrics.jsonl", 2, p)
+        pid = int(re.search(r"policy server pid (\d+)", "".join(lines)).group(1))
+        os.killpg(pid, signal.SIGKILL)
+        assert p.wait(600) == 0, "".join(lines)[-3000:]
+    finally:
+        stop_run(p)
+    out = "".join(lines)
+    assert "is down (exit code -9): restart 1 of 3" in out and "is back" in out
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert rows[1]["policy_version"] > 0, "step 1 trained nothing: the run cannot show which weights came back"
+    turns = [json.loads(line) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
+    # after the restart the rollouts were sampled by the latest weights, not the base model
+    assert {t["policy_version"] for t in turns if t["episode_id"].startswith("s2-")} == {rows[1]["policy_version"]}
+    assert rows[2]["status_counts"].get("infra_error", 0) == 0
+
+
+@pytest.mark.slow
+def test_a_run_attached_to_a_server_that_dies_stops_with_one_line(tmp_path):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "agent.policy.server", "--model", "tiny", "--dtype", "float32",
+                               "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        p, lines = start_run(*RUN, f"policy.url=http://127.0.0.1:{port}", "policy.launch_timeout_s=180", "steps=50",
+                             f"run_dir={tmp_path}")
+        try:
+            wait_rows(tmp_path / "metrics.jsonl", 1, p)
+            os.killpg(server.pid, signal.SIGKILL)
+            code = p.wait(120)  # not a hang: the first request that finds no server ends the run
+        finally:
+            stop_run(p)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(30)
+    out = "".join(lines)
+    assert code != 0 and f"error: the policy server at http://127.0.0.1:{port} stopped answering" in out, out[-3000:]
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) < 50

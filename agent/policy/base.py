@@ -10,6 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
+from agent.policy.jsonhttp import ServerError
+
+
+class PolicyUnavailable(ServerError):
+    """The policy server is gone and could not be brought back: the run cannot go on (the
+    runner lets this one through instead of recording a lost episode)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+
 
 @dataclasses.dataclass
 class SamplingParams:

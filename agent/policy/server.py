@@ -131,8 +131,8 @@ def create_app(engine: Engine, served_model_name: str | None = None) -> FastAPI:
             return JSONResponse({"success": False, "message": f"{type(e).__name__}: {e}", "num_paused_requests": 0},
                                 status_code=400)
         engine.model_path = body.model_path
-        return JSONResponse({"success": True, "message": "Succeeded to update model weights.",
-                             "num_paused_requests": 0, "weight_version": str(version)})
+        return JSONResponse({"success": True, "message": f"Succeeded to update model weights (version {version}).",
+                             "num_paused_requests": 0})  # SGLang's answer: no version (GET /model_info has it)
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -3,22 +3,35 @@
 On a GPU host the same config that runs the embedded engine here launches
 `python -m sglang.launch_server` for the model's HF folder; weights then sync through
 `/update_weights_from_disk` exactly as with the embedded engine. The launched server is a
-child process in its own process group and is stopped with the run, Ctrl-C included.
+child process in its own process group, stopped with the run (Ctrl-C included). When it dies
+mid-run the client's next failing request restarts it (at most `policy.max_restarts` times)
+and loads the latest weights into it before anything else is served. `policy.command` swaps
+in any other server with SGLang's routes (the tests launch the embedded engine's).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Awaitable, Callable
 
 import httpx
 
+from agent.policy.base import PolicyUnavailable
+from agent.policy.jsonhttp import ServerError
 from agent.policy.models import cache_root, load_model, save_model, smollm2_dir
 from agent.policy.sglang_client import SGLangClient
+
+log = logging.getLogger(__name__)
+
+SGLANG_COMMAND = ["{python}", "-m", "sglang.launch_server", "--model-path", "{model_path}", "--host", "{host}",
+                  "--port", "{port}"]
 
 
 def hf_folder(name_or_path: str) -> Path:
@@ -37,9 +50,16 @@ def hf_folder(name_or_path: str) -> Path:
     return path
 
 
-def launch_command(model_dir: Path, host: str, port: int, extra_args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", host,
-            "--port", str(port), *extra_args]
+def launch_command(model_dir: Path, host: str, port: int, extra_args: list[str],
+                   template: list[str] | None = None) -> list[str]:
+    """`template` (default: sglang.launch_server) with {python} {model_path} {host} {port} filled, then extra_args."""
+    fields = {"python": sys.executable, "model_path": str(model_dir), "host": host, "port": str(port)}
+    try:
+        cmd = [str(part).format(**fields) for part in (template or SGLANG_COMMAND)]
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"policy.command {template}: unknown placeholder {e}; use {{python}} {{model_path}} "
+                         "{host} {port}") from None
+    return cmd + [str(a) for a in extra_args]
 
 
 def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
@@ -47,7 +67,7 @@ def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen | None = Non
     last = "no answer"
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"sglang.launch_server exited with code {proc.returncode} before it was healthy")
+            raise RuntimeError(f"the policy server exited with code {proc.returncode} before it was healthy")
         try:
             r = httpx.get(f"{url}/health", timeout=5.0)
             if r.status_code == 200:
@@ -70,6 +90,64 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
         proc.wait(10)
 
 
+class LaunchedServer:
+    """A policy server run as a child process: started, restarted when it dies (at most
+    `max_restarts` times over the run), stopped. Its output goes to `log_path`."""
+
+    def __init__(self, command: list[str], url: str, log_path: Path, launch_timeout_s: float, max_restarts: int) -> None:
+        self.command, self.url, self.log_path = command, url, log_path
+        self.launch_timeout_s, self.max_restarts = launch_timeout_s, max_restarts
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self._log: IO[bytes] | None = None
+        self._restarted_at = -math.inf
+        self._lock = asyncio.Lock()
+
+    def start(self) -> None:
+        """Launch and wait until /health answers; on failure nothing is left running."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.info("policy server pid %d at %s: %s (output: %s)", self.proc.pid, self.url, " ".join(self.command),
+                 self.log_path)
+        try:
+            wait_healthy(self.url, self.launch_timeout_s, self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    async def recover(self, since: float, reload: Callable[[], Awaitable[None]]) -> None:
+        """Restart the server unless that happened after `since`, then `reload()` the latest
+        weights; one restart serves every request that failed with it."""
+        async with self._lock:
+            if self._restarted_at > since:
+                return
+            while True:
+                if self.restarts >= self.max_restarts:
+                    raise PolicyUnavailable(f"the policy server at {self.url} is down and policy.max_restarts="
+                                            f"{self.max_restarts} restarts are used up; its output is in {self.log_path}")
+                self.restarts += 1
+                code = self.proc.poll() if self.proc is not None else None
+                log.warning("policy server at %s is down (%s): restart %d of %d", self.url,
+                            "not answering" if code is None else f"exit code {code}", self.restarts, self.max_restarts)
+                await asyncio.to_thread(self.stop)
+                try:
+                    await asyncio.to_thread(self.start)
+                    await reload()
+                    break
+                except (RuntimeError, TimeoutError, ServerError) as e:
+                    log.warning("restart %d of the policy server failed: %s", self.restarts, e)
+            self._restarted_at = time.monotonic()
+            log.warning("policy server at %s is back (pid %d)", self.url, self.proc.pid if self.proc else -1)
+
+
 def connect_or_launch(cfg: Any) -> tuple[SGLangClient, Any, list[Callable[[], Any]]]:
     """(client, tokenizer, closers) for `policy=sglang`."""
     from transformers import AutoTokenizer
@@ -79,23 +157,17 @@ def connect_or_launch(cfg: Any) -> tuple[SGLangClient, Any, list[Callable[[], An
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     closers: list[Callable[[], Any]] = []
     url = pc.get("url")
+    server = None
     if not url:
         host, port = str(pc.host), int(pc.port)
-        log_path = Path(cfg.run_dir) / "sglang_server.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = log_path.open("ab")
-        proc = subprocess.Popen(launch_command(model_dir, host, port, list(pc.extra_args)), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        closers += [lambda: _stop(proc), log.close]
         url = f"http://{host}:{port}"
-        try:
-            wait_healthy(url, float(pc.launch_timeout_s), proc)
-        except BaseException:
-            for fn in reversed(closers):
-                fn()
-            raise
+        command = launch_command(model_dir, host, port, list(pc.extra_args), pc.get("command"))
+        server = LaunchedServer(command, url, Path(cfg.run_dir) / "sglang_server.log", float(pc.launch_timeout_s),
+                                int(pc.get("max_restarts", 3)))
+        server.start()
+        closers.append(server.stop)
     else:
         wait_healthy(str(url), float(pc.launch_timeout_s))
-    client = SGLangClient(str(url), timeout=float(cfg.timeouts.step_s))
+    client = SGLangClient(str(url), timeout=float(cfg.timeouts.step_s), supervisor=server)
     closers.append(client.aclose)
     return client, tokenizer, closers
