@@ -297,6 +297,12 @@ def _build_teacher(cfg: DictConfig, policy: Policy, closers: list) -> Any:
     if which == "current":
         return policy.client
     if which == "frozen":  # the initial weights, never updated (as the paper's PRM engine)
+        if cfg.mode.get("teacher_url"):  # a server that holds them (on GPU hosts: the PRM's SGLang)
+            from agent.policy.sglang_client import SGLangClient
+
+            client = SGLangClient(str(cfg.mode.teacher_url), timeout=float(cfg.timeouts.step_s))
+            closers.append(client.aclose)
+            return client
         from agent.policy.engine import Engine
 
         engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), seed=int(cfg.seed))

@@ -21,6 +21,7 @@ Hugging Face patches). Everything that judges a body is SGLang 0.5.23's code:
 - io_struct.UpdateWeightFromDiskReqInput: pydantic's parse of the route's Body() (SGLang's own
   core schema for it), and the struct built from the body (unknown key: TypeError).
 - api_types.GenerateResponse / GetModelInfoResponse: the answers our client reads.
+- server_args.ServerArgs.add_cli_args: the arguments a launch passes to sglang.launch_server.
 """
 from __future__ import annotations
 
@@ -105,6 +106,17 @@ def check(sg: types.SimpleNamespace, kind: str, body: Any, vocab_size: int) -> d
             raise ValueError(f"meta_info fields SGLang never sends: {sorted(unknown)}")
         return {"finish_reason": type(resp.meta_info.finish_reason).__name__,
                 "meta_info": msgspec.to_builtins(resp.meta_info)}
+    if kind == "launch_args":  # what follows `-m sglang.launch_server`, parsed by ServerArgs' own CLI
+        import argparse
+
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(prog="sglang.launch_server", exit_on_error=False)
+        ServerArgs.add_cli_args(parser)
+        args, unknown = parser.parse_known_args(body)
+        if unknown:
+            raise ValueError(f"sglang.launch_server does not take {unknown}")
+        return {k: getattr(args, k) for k in ("model_path", "host", "port", "tp_size", "dp_size", "context_length")}
     if kind == "model_info_response":
         return {"weight_version": sg.api.GetModelInfoResponse.from_json_value(body).weight_version}
     raise ValueError(f"unknown kind {kind!r}")
@@ -117,7 +129,7 @@ def main() -> None:
     for item in request["items"]:
         try:
             results.append({"error": None, "normalized": check(sg, item["kind"], item["body"], int(request["vocab_size"]))})
-        except Exception as e:  # SGLang's verdict on this body, reported per item
+        except (Exception, SystemExit) as e:  # SGLang's verdict on this body (argparse exits), per item
             results.append({"error": f"{type(e).__name__}: {e}", "normalized": None})
     json.dump(results, sys.stdout, default=repr)
 

@@ -23,7 +23,7 @@ from agent.policy.engine import Engine
 from agent.policy.models import save_model, tiny_model
 from agent.policy.server import serve
 from agent.policy.sglang_client import SGLangClient
-from agent.policy.sglang_launch import connect_or_launch, hf_folder, launch_command
+from agent.policy.sglang_launch import connect_or_launch, hf_folder, launch_command, server_env
 from tests.test_run_cli import REPO, run_cli
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,14 @@ def test_launch_command_and_model_folder(tmp_path, monkeypatch):
     assert cmd[cmd.index("--model-path") + 1] == str(folder) and cmd[-2:] == ["--tp", "2"]
     with pytest.raises(FileNotFoundError):
         hf_folder(str(Path(tmp_path) / "nowhere"))
+
+
+def test_launched_server_is_not_a_rank_of_torchruns_world(monkeypatch):
+    for k, v in {"RANK": "0", "WORLD_SIZE": "4", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x", "MY_VAR": "kept"}.items():
+        monkeypatch.setenv(k, v)
+    env = server_env()
+    assert env["MY_VAR"] == "kept" and env["PATH"] == os.environ["PATH"]
+    assert not {"RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"} & set(env)
 
 
 # ---- health and restarts: a launched "SGLang" that is really the embedded engine's server --------
@@ -233,3 +241,27 @@ def test_a_run_attached_to_a_server_that_dies_stops_with_one_line(tmp_path):
     out = "".join(lines)
     assert code != 0 and f"error: the policy server at http://127.0.0.1:{port} stopped answering" in out, out[-3000:]
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) < 50
+
+
+def test_frozen_teacher_served_by_a_server_scores_as_the_in_process_one(tmp_path, server):
+    """mode.teacher_url: the frozen teacher's log-probs come from a server of the initial
+    weights (on GPU hosts the PRM's SGLang) instead of an engine in the run's process."""
+    from experiments.factories import _build_teacher
+
+    closers: list = []
+    remote = _build_teacher(sglang_cfg(tmp_path, "mode=opd", f"mode.teacher_url={server.url}"), None, closers)
+    local = _build_teacher(sglang_cfg(tmp_path, "mode=opd"), None, closers)
+    assert isinstance(remote, SGLangClient) and isinstance(local, Engine)
+    ids = local.tokenizer("score this with a hint")["input_ids"]
+
+    async def go():
+        try:
+            return await remote.score(ids, 3), await local.score(ids, 3)
+        finally:
+            for fn in reversed(closers):
+                r = fn()
+                if asyncio.iscoroutine(r):
+                    await r
+
+    a, b = asyncio.run(go())
+    assert len(a) == len(ids) - 3 and max(abs(x - y) for x, y in zip(a, b)) < 1e-4

@@ -90,6 +90,17 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
         proc.wait(10)
 
 
+def server_env() -> dict[str, str]:
+    """This process's environment without torchrun's: under `torchrun` (learner=megatron) rank 0
+    launches the server, which must not take itself for a rank of the learner's world."""
+    return {k: v for k, v in os.environ.items()
+            if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC_")}
+
+
+TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                 "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+
 class LaunchedServer:
     """A policy server run as a child process: started, restarted when it dies (at most
     `max_restarts` times over the run), stopped. Its output goes to `log_path`."""
@@ -107,7 +118,8 @@ class LaunchedServer:
         """Launch and wait until /health answers; on failure nothing is left running."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=server_env())
         log.info("policy server pid %d at %s: %s (output: %s)", self.proc.pid, self.url, " ".join(self.command),
                  self.log_path)
         try:
