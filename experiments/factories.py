@@ -61,11 +61,37 @@ def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
 
 
 def _require_docker() -> None:
-    from envs.sandbox.engine import engine_available
+    from envs.sandbox import engine
 
-    if not engine_available():
-        raise ConfigError("sandbox=docker but no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): "
+    if not engine.engine_available():
+        raise ConfigError(f"sandbox=docker but no Docker engine answers ({', '.join(map(engine.name, engine.hosts()))}): "
                           "start one with `bash scripts/setup.d/10-docker.sh` (as root), or run with sandbox=bwrap")
+
+
+def use_docker_hosts(hosts: list[str], max_per_host: int | None) -> None:
+    """Place this process's Docker sandboxes on these engines (sandbox.hosts; empty: the local one)."""
+    from envs.sandbox import engine, placement
+
+    try:
+        engine.set_hosts(hosts)
+        placement.configure(max_per_host)
+    except ValueError as e:
+        raise ConfigError(f"sandbox: {e}") from e
+
+
+@dataclasses.dataclass
+class EnvMaker:
+    """Builds the configured env. Picklable: a Ray actor builds its env with it in its own
+    process, after placing that process's Docker sandboxes on the same hosts."""
+
+    cls: type[AgentEnv]
+    opts: dict[str, Any]
+    docker: dict[str, Any] | None = None  # use_docker_hosts' arguments when the env uses Docker
+
+    def __call__(self) -> AgentEnv:
+        if self.docker is not None:
+            use_docker_hosts(**self.docker)
+        return self.cls(**self.opts)
 
 
 def sandbox_backend(name: str) -> str:
@@ -82,18 +108,25 @@ def sandbox_backend(name: str) -> str:
     return "bwrap"
 
 
-def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callable[[], AgentEnv]:
+def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: list | None = None) -> Callable[[], AgentEnv]:
     """A zero-argument constructor of the configured env. Options under `env.` are passed to
-    the constructor (null means "the env's default"); `sandbox` is passed where accepted."""
+    the constructor (null means "the env's default"); `sandbox` is passed where accepted. With
+    `cluster=ray` each env lives in a Ray actor (what stops Ray is appended to `closers`)."""
     cls = env_class(cfg.env)
     opts = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items()
             if k not in _ENV_RESERVED and v is not None}
     params = inspect.signature(cls.__init__).parameters
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    docker = None
+    if str(cfg.sandbox.name) != "bwrap" or opts.get("sandbox") == "docker":
+        docker = {"hosts": [str(h) for h in cfg.sandbox.get("hosts") or []], "max_per_host": cfg.sandbox.get("max_per_host")}
+        use_docker_hosts(**docker)  # here too: `auto` and the checks below ask these engines
     if "sandbox" in params and "sandbox" not in opts:
         opts["sandbox"] = sandbox_backend(str(cfg.sandbox.name))
     if opts.get("sandbox") == "docker":
         _require_docker()
+    else:
+        docker = None
     for k, v in (extra or {}).items():
         if k in params or accepts_any:
             opts.setdefault(k, v)
@@ -101,7 +134,29 @@ def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None) -> Callabl
     if unknown:
         known = [p for p in params if p != "self"]
         raise ConfigError(f"{cls.__name__} has no option {', '.join(unknown)}; it takes: {', '.join(known) or 'nothing'}")
-    return lambda: cls(**opts)
+    return on_cluster(cfg, EnvMaker(cls, opts, docker), closers)
+
+
+def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv], closers: list | None = None) -> Callable[[], AgentEnv]:
+    """`cluster=local`: `make_env` as it is; `cluster=ray`: envs built in Ray actors behind a proxy."""
+    c = cfg.get("cluster") or {"name": "local"}
+    if c["name"] == "local":
+        return make_env
+    if c["name"] != "ray":
+        raise ConfigError(f"unknown cluster {c['name']!r}; choose local or ray")
+    if cfg.env.get("user") == "llm":
+        raise ConfigError("cluster=ray cannot run env.user=llm (the simulated user's LLM client lives in this process); "
+                          "use cluster=local")
+    from envs import remote
+
+    runtime_env = OmegaConf.to_container(c.runtime_env, resolve=True) if c.get("runtime_env") else None
+    try:
+        stop = remote.connect(c.get("address"), int(c.num_cpus), int(c.object_store_mb), runtime_env)
+    except Exception as e:
+        raise ConfigError(f"cannot start or join the Ray cluster (cluster.address={c.get('address')}): {e}") from e
+    if closers is not None:
+        closers.append(stop)
+    return remote.remote_factory(make_env, float(c.actor_cpus), str(c.scheduling), float(cfg.timeouts.episode_s))
 
 
 @dataclasses.dataclass

@@ -59,7 +59,7 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     extra = {}
     if cfg.env.get("user") == "llm":
         extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
-    make_env = env_factory(cfg, extra)
+    make_env = env_factory(cfg, extra, closers)
     policy = build_policy(cfg)
     runner = build_runner(cfg, make_env, policy, closers)
     loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step),

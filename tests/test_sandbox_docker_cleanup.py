@@ -2,25 +2,22 @@
 128 sandboxes at once."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from envs.sandbox.engine import client, engine_available
 from envs.sandbox.protocol import Limits
+from tests.ready import start_ready
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.skipif(not engine_available(), reason="no Docker engine answers (scripts/setup.d/10-docker.sh starts one)"),
 ]
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = Limits(memory_mb=256, pids=64)
 
 # A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, then
@@ -44,16 +41,8 @@ def _containers(run: str) -> list[dict]:
 
 
 def _start_runner(image: str, n: int, then: str = "wait") -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(n), image, then], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    timer = threading.Timer(120, proc.kill)  # a runner that never gets ready must not hang the test
-    timer.start()
-    try:
-        line = proc.stdout.readline()
-    finally:
-        timer.cancel()
-    assert line.startswith("READY"), f"runner did not start: {line!r}"
-    return proc, line.split()[1]
+    proc, (run,) = start_ready(RUNNER, str(n), image, then)
+    return proc, run
 
 
 def _wait_gone(run: str, within: float) -> list[dict]:

@@ -243,9 +243,9 @@ def test_64_concurrent_oracle_episodes_pass_and_leave_no_container():
     assert all(p.stats()["in_use"] == 0 for p in pool._pools.values())  # every episode gave its container back
     pool.shutdown_all()
     deadline = time.monotonic() + 60
-    while sweeper._containers(sweeper.run_id()) and time.monotonic() < deadline:
+    while sweeper.containers(sweeper.run_id()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert sweeper._containers(sweeper.run_id()) == []
+    assert sweeper.containers(sweeper.run_id()) == []
 
 
 @pytest.mark.docker

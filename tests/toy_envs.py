@@ -1,6 +1,7 @@
 """Small envs defined for the tests: they exercise the runner, the learner and `env=custom`."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -52,6 +53,15 @@ class InfraFailEnv(CountdownEnv):
     def _act(self, action: str) -> StepResult:
         if self.turn == 1:
             return StepResult(NextState("tool", "sandbox died", "shell", {}), status=Status.INFRA_ERROR)
+        return super()._act(action)
+
+
+class ExitEnv(CountdownEnv):
+    """Its process exits on the second turn, as a lost worker would (only for envs in Ray actors)."""
+
+    def _act(self, action: str) -> StepResult:
+        if self.turn == 1:
+            os._exit(17)
         return super()._act(action)
 
 

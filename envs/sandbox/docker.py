@@ -14,6 +14,9 @@ on the next command, whose result says shell_restarted. If even the helper canno
 bomb holds every pid), the container is restarted: files stay.
 
 A container that stops, or a daemon error, raises SandboxError (the env reports infra_error).
+A sandbox lives on one engine (engine.py: the local one, or a host that placement.py chose) and
+every API call about it goes there: a container id means nothing on another engine. On a host
+with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
 Containers run with no network, the image's non-root user `agent`, an init, every capability
 dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`; `disk_mb` binds only
 where the engine's storage can cap it (overlay2 on xfs with pquota), not on ext4.
@@ -33,7 +36,8 @@ from typing import Any, Callable
 import docker
 import requests
 
-from envs.sandbox.engine import client
+from envs.sandbox.engine import client, primary
+from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import (
     _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
@@ -44,7 +48,12 @@ DEFAULT_USER = "agent"
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-_disk_quota: bool | None = None  # whether the engine can cap disk per container (Limits.disk_mb)
+_disk_quota: dict[str, bool] = {}  # engine -> whether it can cap disk per container (Limits.disk_mb)
+try:
+    with open("/proc/sys/kernel/random/boot_id") as _f:
+        _BOOT_ID = _f.read().strip()  # this kernel's; a container that reads the same shares our clock
+except OSError:
+    _BOOT_ID = ""
 
 # Runs inside the container (as the sandbox user) to kill what a command started: every process
 # started at or after the command (argv[2], clock ticks since boot: the host kernel's clock)
@@ -89,13 +98,18 @@ def create_container(
     limits: Limits,
     labels: dict[str, str],
     cap_drop: tuple[str, ...] = ("ALL",),
+    url: str | None = None,
 ) -> str:
-    """Create and start a container that idles under `init` (`sleep infinity`); returns its id."""
-    global _disk_quota
-    api = client().api
-    if _disk_quota is None:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
-        _disk_quota = "'xfs'" in str(client().info().get("DriverStatus", "")).lower()
-    for quota in ([True, False] if _disk_quota else [False]):
+    """Create and start a container that idles under `init` (`sleep infinity`) on engine `url`
+    (None: the primary); returns its id."""
+    url = primary() if url is None else url
+    api = client(url).api
+    if url not in _disk_quota:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
+        try:
+            _disk_quota[url] = "'xfs'" in str(client(url).info().get("DriverStatus", "")).lower()
+        except API_ERRORS as e:
+            raise SandboxError(f"docker info failed: {e}") from e
+    for quota in ([True, False] if _disk_quota[url] else [False]):
         host = api.create_host_config(
             storage_opt={"size": f"{limits.disk_mb}m"} if quota else None,
             network_mode="bridge" if limits.network else "none",  # the host's one default network
@@ -119,7 +133,7 @@ def create_container(
             raise SandboxError(f"image {image} not found: build it with `python -m envs.sandbox.images build`") from e
         except docker.errors.APIError as e:
             if quota and "storage" in str(e).lower():
-                _disk_quota = False  # xfs without pquota: go on without the disk cap
+                _disk_quota[url] = False  # xfs without pquota: go on without the disk cap
                 continue
             raise SandboxError(f"docker create failed: {e}") from e
         except API_ERRORS as e:
@@ -127,15 +141,15 @@ def create_container(
     try:
         api.start(cid)
     except API_ERRORS as e:
-        remove_container(cid)
+        remove_container(cid, url)
         raise SandboxError(f"docker start failed: {e}") from e
     return cid
 
 
-def remove_container(cid: str) -> None:
-    """Force-remove a container (gone already is fine)."""
+def remove_container(cid: str, url: str | None = None) -> None:
+    """Force-remove a container of engine `url` (None: the primary; gone already is fine)."""
     try:
-        client().api.remove_container(cid, force=True)
+        client(url).api.remove_container(cid, force=True)
     except docker.errors.NotFound:
         pass
     except docker.errors.APIError as e:
@@ -147,13 +161,15 @@ class DockerSandbox:
     """A started container with one persistent bash (one command at a time: exec holds a lock)."""
 
     def __init__(self, container_id: str, user: str = DEFAULT_USER, workdir: str = "/home/agent",
-                 on_close: Callable[[DockerSandbox], None] | None = None, make_workdir: bool = False):
+                 on_close: Callable[[DockerSandbox], None] | None = None, make_workdir: bool = False,
+                 url: str | None = None):
         self.id = container_id
+        self.engine = primary() if url is None else url  # the engine the container lives on
         self.user = user
         self.workdir = workdir  # the shell starts here; relative file paths resolve here
         self._make_workdir = make_workdir  # not in the image: create it, owned by the user
         self._on_close = on_close
-        self._api = client().api
+        self._api = client(self.engine).api
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._raw: Any = None  # the SocketIO over _sock: holding it keeps the connection open
@@ -164,7 +180,8 @@ class DockerSandbox:
         self._token = ""
         self._seq = 0
         self._restarted = False  # the next result must say the shell was restarted
-        self._cmd_t0 = 0  # when the running command began, in clock ticks since boot
+        self._cmd_t0 = 0  # when the running command began, in clock ticks since the engine's boot
+        self._tick_offset = 0  # the engine's kernel clock minus ours (0 on this machine's kernel)
         self._closed = False
 
     # ---- the shell ---------------------------------------------------------------------------
@@ -187,9 +204,15 @@ class DockerSandbox:
             self._sock.sendall(SHELL_INIT)
         except OSError as e:
             raise self._infra_error(f"the shell did not start: {e}") from e
-        r = self._run_raw("echo $$ $UID $GROUPS", 10.0, 4096, kill=False)
+        r = self._run_raw("read -r b </proc/sys/kernel/random/boot_id; read -r u _ </proc/uptime; "
+                          "echo $$ $UID $GROUPS ${b:-?} ${u:-?}", 10.0, 4096, kill=False)
         try:
-            self._shell_pid, self._uid, self._gid = (int(x) for x in r.stdout.split())
+            pid, uid, gid, boot, uptime = r.stdout.decode(errors="replace").split()
+            self._shell_pid, self._uid, self._gid = int(pid), int(uid), int(gid)
+            # Another kernel (a remote host): its uptime read before our clock below, so the
+            # threshold errs early (a command's processes are never missed).
+            same = boot in ("?", _BOOT_ID) or uptime == "?"
+            self._tick_offset = 0 if same else int(float(uptime) * _CLK_TCK) - _boot_ticks()
         except ValueError:
             self._close_shell()
             raise self._infra_error(f"the shell did not start: {r.stdout[:200]!r} {r.stderr[:200]!r}") from None
@@ -233,7 +256,8 @@ class DockerSandbox:
             what += " (container is gone)"
         except API_ERRORS as e:
             what += f" (daemon error: {e})"
-        return SandboxError(f"sandbox {self.id[:12]}: {what}")
+        where = f" on {engine_name(self.engine)}" if self.engine else ""
+        return SandboxError(f"sandbox {self.id[:12]}{where}: {what}")
 
     def _container_running(self) -> bool:
         try:
@@ -268,7 +292,7 @@ class DockerSandbox:
         err = _Capture(f"\n{tag}\n".encode(), max_output)
         kill_after = kill_threshold(max_output)
         t0 = time.monotonic()
-        self._cmd_t0 = _boot_ticks()
+        self._cmd_t0 = _boot_ticks() + self._tick_offset
         deadline = t0 + timeout
         killed_at: float | None = None
         timed_out = output_killed = exited = False
@@ -484,7 +508,7 @@ class DockerSandbox:
             self._on_close(self)  # the pool removes the container (in the background)
         else:
             try:
-                remove_container(self.id)
+                remove_container(self.id, self.engine)
             except API_ERRORS:
                 pass  # the sweeper removes it: it carries this run's labels
 

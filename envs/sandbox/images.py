@@ -5,6 +5,10 @@ sources, then `docker import`ed; every other image is a `docker build --network 
 it (see images/README.md). A tag is `openclaw/<name>:<hash>`: a changed recipe gets a new tag
 and is built, an unchanged one is found and reused.
 
+With several engines (engine.set_hosts) images are built on the primary by default. An image
+one engine lacks is copied from an engine that has it (`docker save | docker load`, streamed:
+seconds, where a rebuild of the base takes minutes and the distribution mirror).
+
 CLI: `python -m envs.sandbox.images build [NAME...]` | `list`.
 """
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import docker
 
+from envs.sandbox import engine
 from envs.sandbox.engine import client
 
 RECIPES = Path(__file__).resolve().parents[2] / "images"
@@ -54,9 +59,10 @@ def recipe_hash(context_dir: str | os.PathLike, *extra: str) -> str:
     return h.hexdigest()[:HASH_LEN]
 
 
-def image_exists(tag: str) -> bool:
+def image_exists(tag: str, url: str | None = None) -> bool:
+    """Whether engine `url` (None: the primary) has image `tag`."""
     try:
-        client().images.get(tag)
+        client(url).images.get(tag)
         return True
     except docker.errors.ImageNotFound:
         return False
@@ -138,7 +144,31 @@ def base_tag() -> str:
     return f"{REPO}/base:{recipe_hash(RECIPES / 'base', suite)}"
 
 
-def _build_base(tag: str) -> None:
+def copy_image(tag: str, src: str, dst: str) -> None:
+    """Copy image `tag` from engine `src` to engine `dst` (save streamed into load)."""
+    t0 = time.monotonic()
+    _log(f"copy {tag}: {engine.name(src)} -> {engine.name(dst)}")
+    try:
+        client(dst).images.load(client(src).api.get_image(tag, chunk_size=1 << 20))
+    except (docker.errors.DockerException, OSError) as e:
+        raise ImageError(f"copying {tag} from {engine.name(src)} to {engine.name(dst)} failed: {e}") from e
+    if not image_exists(tag, dst):
+        raise ImageError(f"docker load on {engine.name(dst)} did not produce {tag}")
+    _log(f"copied {tag} in {time.monotonic() - t0:.1f} s")
+    if tag.startswith(REPO + "/"):
+        _drop_stale(tag, dst)
+
+
+def _from_peer(tag: str, url: str) -> bool:
+    """Copy `tag` to engine `url` from another live engine that has it; False if none has it."""
+    for src in engine.live_hosts():
+        if src != url and image_exists(tag, src):
+            copy_image(tag, src, url)
+            return True
+    return False
+
+
+def _build_base(tag: str, url: str | None = None) -> None:
     if os.geteuid() != 0:
         raise ImageError(f"{tag} is missing and building it needs root (run scripts/setup.sh as root)")
     if not shutil.which("mmdebstrap"):
@@ -167,7 +197,7 @@ def _build_base(tag: str) -> None:
             raise ImageError(f"mmdebstrap failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         _log(f"root file system in {time.monotonic() - t0:.0f} s; docker import as {tag}")
         repo, _, version = tag.rpartition(":")
-        client().api.import_image(
+        client(url).api.import_image(
             src=tar, repository=repo, tag=version,
             changes=[
                 "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -177,27 +207,32 @@ def _build_base(tag: str) -> None:
                 f"LABEL openclaw.recipe={tag}",
             ],
         )
-    if not image_exists(tag):
+    if not image_exists(tag, url):
         raise ImageError(f"docker import did not produce {tag}")
 
 
-def build_image(context_dir: str | os.PathLike, base: str | None = None, name: str | None = None) -> str:
+def build_image(context_dir: str | os.PathLike, base: str | None = None, name: str | None = None,
+                url: str | None = None) -> str:
     """Build (or find) a layer on `base` from `context_dir`, whose Dockerfile starts with
-    `ARG BASE` / `FROM ${BASE}`; built with no network. Returns its tag `openclaw/<name>:<hash>`."""
+    `ARG BASE` / `FROM ${BASE}`; built with no network on engine `url` (None: the primary), or
+    copied there from an engine that has it. Returns its tag `openclaw/<name>:<hash>`."""
     ctx = Path(context_dir).resolve()
     if not (ctx / "Dockerfile").is_file():
         raise ImageError(f"{ctx} has no Dockerfile")
-    base = base or ensure_image("base")
+    url = engine.primary() if url is None else url
     name = name or ctx.name
-    tag = f"{REPO}/{name}:{recipe_hash(ctx, base)}"
-    if image_exists(tag):
+    tag = f"{REPO}/{name}:{recipe_hash(ctx, base or base_tag())}"
+    if image_exists(tag, url):
         return tag
     with _build_lock():
-        if image_exists(tag):
+        if image_exists(tag, url) or _from_peer(tag, url):
             return tag
-        _log(f"docker build --network none {ctx} -> {tag}")
+        base = ensure_image("base", url) if base is None else base
+        if not image_exists(base, url) and not _from_peer(base, url):
+            raise ImageError(f"base image {base} of {tag} is on no engine that answers")
+        _log(f"docker build --network none {ctx} -> {tag} on {engine.name(url)}")
         try:
-            client().images.build(
+            client(url).images.build(
                 path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none",
                 rm=True, forcerm=True, labels={"openclaw.recipe": tag}, timeout=BUILD_TIMEOUT_S,
             )
@@ -206,59 +241,68 @@ def build_image(context_dir: str | os.PathLike, base: str | None = None, name: s
             raise ImageError(f"docker build of {tag} failed: {e.msg}\n{tail}") from e
         except docker.errors.DockerException as e:
             raise ImageError(f"docker build of {tag} failed: {e}") from e
-        _drop_stale(tag)
+        _drop_stale(tag, url)
     return tag
 
 
-def ensure_image(name: str = "sandbox") -> str:
-    """The tag of image `name` (a folder of images/), built first if its recipe changed."""
+def ensure_image(name: str = "sandbox", url: str | None = None) -> str:
+    """The tag of image `name` (a folder of images/) on engine `url` (None: the primary),
+    copied from another engine or built first if its recipe changed."""
     if name == "base":
+        url = engine.primary() if url is None else url
         tag = base_tag()
-        if not image_exists(tag):
+        if not image_exists(tag, url):
             with _build_lock():
-                if not image_exists(tag):
-                    _build_base(tag)
-                    _drop_stale(tag)
+                if not image_exists(tag, url) and not _from_peer(tag, url):
+                    _build_base(tag, url)
+                    _drop_stale(tag, url)
         return tag
     ctx = RECIPES / name
     if not (ctx / "Dockerfile").is_file():
         known = ", ".join(recipe_names())
         raise ImageError(f"no image recipe {name!r} (images/{name}/Dockerfile); known: base, {known}")
-    return build_image(ctx, name=name)
+    return build_image(ctx, name=name, url=url)
 
 
 def recipe_names() -> list[str]:
     return sorted(p.parent.name for p in RECIPES.glob("*/Dockerfile"))
 
 
-def _drop_stale(tag: str) -> None:
-    """Untag older builds of the same image (ones a container still uses stay)."""
+def _drop_stale(tag: str, url: str | None = None) -> None:
+    """Untag older builds of the same image on engine `url` (ones a container still uses stay)."""
     repo = tag.rpartition(":")[0]
-    for img in client().images.list(name=repo):
+    for img in client(url).images.list(name=repo):
         for old in img.tags:
             if old.startswith(repo + ":") and old != tag:
                 with contextlib.suppress(docker.errors.APIError):
-                    client().images.remove(old, noprune=False)
+                    client(url).images.remove(old, noprune=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m envs.sandbox.images")
+    hosts = argparse.ArgumentParser(add_help=False)
+    hosts.add_argument("--host", action="append", default=[],
+                       help="engine URL (repeat: the first answering one builds, the others get copies; default: the local engine)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build (or find) base and the named images (default: all)")
+    b = sub.add_parser("build", parents=[hosts], help="build (or find) base and the named images (default: all)")
     b.add_argument("names", nargs="*")
-    sub.add_parser("list", help="print each recipe's current tag and whether it is built")
+    sub.add_parser("list", parents=[hosts], help="print each recipe's current tag and whether it is built")
     args = ap.parse_args(argv)
     try:
+        engine.set_hosts(args.host)
         if args.cmd == "build":
             for name in ["base", *(args.names or recipe_names())]:
-                t0 = time.monotonic()
-                print(f"{name}: {ensure_image(name)} ({time.monotonic() - t0:.1f} s)", flush=True)
+                for url in engine.live_hosts() if args.host else [None]:
+                    t0 = time.monotonic()
+                    where = f" on {engine.name(url)}" if url else ""
+                    print(f"{name}: {ensure_image(name, url)}{where} ({time.monotonic() - t0:.1f} s)", flush=True)
         else:
-            print(f"base: {base_tag()} built={image_exists(base_tag())}")
-            for name in recipe_names():
-                tag = f"{REPO}/{name}:{recipe_hash(RECIPES / name, base_tag())}"
-                print(f"{name}: {tag} built={image_exists(tag)}")
-    except ImageError as e:
+            for url in engine.live_hosts() if args.host else [None]:
+                print(f"base: {base_tag()} built={image_exists(base_tag(), url)}" + (f" on {engine.name(url)}" if url else ""))
+                for name in recipe_names():
+                    tag = f"{REPO}/{name}:{recipe_hash(RECIPES / name, base_tag())}"
+                    print(f"{name}: {tag} built={image_exists(tag, url)}")
+    except (ImageError, docker.errors.DockerException) as e:
         print(f"[images] {e}", file=sys.stderr)
         return 1
     return 0

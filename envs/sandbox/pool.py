@@ -1,13 +1,15 @@
 """Warm pools of ready Docker sandboxes, one per (image, limits, user).
 
 A pool keeps `size` sandboxes ready (container started, shell open) plus one more for each
-caller waiting, filled by a few background threads. Creation is paced process-wide by a
+caller waiting, filled by a few background threads. Creation is paced per engine by a
 token bucket and a bound on creations in flight, because dockerd, not the client, is the
 bottleneck (about 7.5 creates/s on the reference machine; past that, calls only queue and time
 out). `acquire` pops a ready sandbox (milliseconds) after a socket check that needs no API
 call; a sandbox is never reused: `close()` hands its container to a background remover and the
 fillers replace it, so no episode sees another's files or processes.
 
+With several engines (engine.set_hosts), each new container of a pool is placed by
+placement.py (image affinity, then least load), so one pool's sandboxes spread over the hosts.
 The first pool of a process sweeps what dead runs left and installs the exit cleanup.
 """
 from __future__ import annotations
@@ -19,19 +21,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envs.sandbox import sweeper
+from envs.sandbox import engine, placement, sweeper
 from envs.sandbox.docker import API_ERRORS, DEFAULT_USER, DockerSandbox, create_container, remove_container
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import Limits, SandboxError
 
-CREATE_RATE = float(os.environ.get("OPENCLAW_DOCKER_CREATE_RATE", "10"))  # containers/s, process-wide
+CREATE_RATE = float(os.environ.get("OPENCLAW_DOCKER_CREATE_RATE", "10"))  # containers/s per engine
 CREATE_CONCURRENCY = int(os.environ.get("OPENCLAW_DOCKER_CREATE_CONCURRENCY", "4"))
 FILLERS_PER_POOL = 4
 FAILS_BEFORE_GIVING_UP = 3  # consecutive failed creations before waiters are told why
 
 
 class _RateLimiter:
-    """Token bucket + in-flight bound for container creation (shared by every pool)."""
+    """Token bucket + in-flight bound for container creation on one engine (shared by every pool)."""
 
     def __init__(self, rate: float, concurrency: int):
         self.rate = rate
@@ -51,7 +53,17 @@ class _RateLimiter:
         self.slots.release()
 
 
-_limiter = _RateLimiter(CREATE_RATE, CREATE_CONCURRENCY)
+_limiters: dict[str, _RateLimiter] = {}
+_limiters_lock = threading.Lock()
+
+
+def _limiter(url: str) -> _RateLimiter:
+    with _limiters_lock:
+        if url not in _limiters:
+            _limiters[url] = _RateLimiter(CREATE_RATE, CREATE_CONCURRENCY)
+        return _limiters[url]
+
+
 _remover = ThreadPoolExecutor(4, thread_name_prefix="sandbox-remove")
 
 
@@ -72,8 +84,12 @@ class WarmPool:
                  workdir: str | None = None):
         self.image, self.limits, self.size, self.user = image, limits, max(0, size), user
         self.deadline_s = deadline_s
+        live = engine.live_hosts()
+        if not live:
+            raise SandboxError(f"no Docker engine answers ({', '.join(map(engine.name, engine.hosts()))})")
         try:
-            cfg = client().api.inspect_image(image)["Config"]
+            where = [u for u in live if placement.has_image(u, image)] if len(live) > 1 else live
+            cfg = client((where or live)[0]).api.inspect_image(image)["Config"]
         except API_ERRORS as e:
             raise SandboxError(f"image {image} not found (python -m envs.sandbox.images build): {e}") from e
         image_workdir = cfg.get("WorkingDir") or "/"
@@ -118,7 +134,7 @@ class WarmPool:
             with self._cond:
                 self._inflight -= 1
                 if sb is not None and self._closed:
-                    _remove_later(sb.id)
+                    _remove_later(sb.id, sb.engine)
                 elif sb is not None:
                     self._ready.append(sb)
                     self._fails, backoff = 0, 0.5
@@ -131,15 +147,20 @@ class WarmPool:
                 backoff = min(backoff * 2, 10.0)
 
     def _create(self) -> DockerSandbox:
-        with _limiter:
-            if self._closed:
-                raise SandboxError("pool closed")
-            cid = create_container(self.image, self.limits, sweeper.labels(self.deadline_s))
-        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release, make_workdir=self._make_workdir)
+        url = placement.place(self.image)  # counted there from now on: released when removed
+        try:
+            with _limiter(url):
+                if self._closed:
+                    raise SandboxError("pool closed")
+                cid = create_container(self.image, self.limits, sweeper.labels(self.deadline_s), url=url)
+        except BaseException:
+            placement.release(url)
+            raise
+        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release, make_workdir=self._make_workdir, url=url)
         try:
             sb.start_shell()
         except SandboxError:
-            _remove_later(cid)
+            _remove_later(cid, url)
             raise
         self.created += 1
         return sb
@@ -161,7 +182,7 @@ class WarmPool:
                             self._leased.add(sb)
                             self._cond.notify_all()  # a filler replaces it
                             return sb
-                        _remove_later(sb.id)  # died while idle
+                        _remove_later(sb.id, sb.engine)  # died while idle
                     if self._fails >= FAILS_BEFORE_GIVING_UP and not self._inflight:
                         raise SandboxError(f"cannot create sandboxes of {self.image}: {self._last_error}")
                     left = deadline - time.monotonic()
@@ -175,8 +196,10 @@ class WarmPool:
 
     def _release(self, sb: DockerSandbox) -> None:
         with self._cond:
+            if sb not in self._leased:
+                return  # shutdown removed it already
             self._leased.discard(sb)
-        _remove_later(sb.id)
+        _remove_later(sb.id, sb.engine)
 
     def stats(self) -> dict[str, int]:
         with self._cond:
@@ -193,28 +216,37 @@ class WarmPool:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            doomed = [sb.id for sb in self._ready] + [sb.id for sb in self._leased]
+            doomed = [*self._ready, *self._leased]
             self._ready.clear()
+            self._leased.clear()
         end = time.monotonic() + wait_s
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(max(0.0, end - time.monotonic()))
-        sweeper.remove_many(doomed)
+        by_engine: dict[str, list[str]] = collections.defaultdict(list)
+        for sb in doomed:
+            by_engine[sb.engine].append(sb.id)
+        for url, ids in by_engine.items():
+            sweeper.remove_many(ids, url)
+            for _ in ids:
+                placement.release(url)
 
 
-def _remove_later(cid: str) -> None:
+def _remove_later(cid: str, url: str) -> None:
     """Remove a container off the caller's path (inline once the interpreter is shutting down)."""
     try:
-        _remover.submit(_quiet_remove, cid)
+        _remover.submit(_quiet_remove, cid, url)
     except RuntimeError:
-        _quiet_remove(cid)
+        _quiet_remove(cid, url)
 
 
-def _quiet_remove(cid: str) -> None:
+def _quiet_remove(cid: str, url: str) -> None:
     try:
-        remove_container(cid)
+        remove_container(cid, url)
     except API_ERRORS:
         pass  # still labelled with this run: the exit cleanup or the next sweep removes it
+    finally:
+        placement.release(url)
 
 
 def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT_USER,

@@ -3,10 +3,12 @@
 Every container carries labels: the run (a random id per process), the owner's pid, the pid's
 start time (so a reused pid is not mistaken for the owner), the host, and a deadline. `sweep()`
 (run once when a process first opens a pool) removes containers whose owner on this host is
-gone, or whose deadline passed on any host. `install_exit_cleanup()` makes normal exit, SIGINT
-and SIGTERM remove every container this process made, then chains to the previous handlers.
+gone, or whose deadline passed on any host, on every engine that answers. `install_exit_cleanup()`
+makes normal exit, SIGINT and SIGTERM remove every container this process made on every engine
+it was given, then chains to the previous handlers.
 
-CLI: `python -m envs.sandbox.sweeper [--all]` (--all: every openclaw container, owner alive or not).
+CLI: `python -m envs.sandbox.sweeper [--all] [--host URL ...]` (--all: every openclaw container,
+owner alive or not; --host: the engines to sweep, default the local one).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from envs.sandbox import engine
 from envs.sandbox.engine import client
 
 L_RUN, L_PID, L_START, L_HOST, L_DEADLINE = (
@@ -74,9 +77,10 @@ def _owner_gone(lab: dict[str, str], now: float) -> bool:
     return not pid.isdigit() or _pid_start(int(pid)) != lab.get(L_START)
 
 
-def remove_many(ids: list[str], timeout_s: float = 120.0) -> int:
-    """Force-remove containers, several at a time; returns how many went. Plain threads, not an
-    executor: this also runs from atexit, after executors refuse new work."""
+def remove_many(ids: list[str], url: str | None = None, timeout_s: float = 120.0) -> int:
+    """Force-remove containers of engine `url` (None: the primary), several at a time; returns
+    how many went. Plain threads, not an executor: this also runs from atexit, after executors
+    refuse new work."""
     from envs.sandbox.docker import API_ERRORS, remove_container
 
     done: list[str] = []
@@ -84,7 +88,7 @@ def remove_many(ids: list[str], timeout_s: float = 120.0) -> int:
     def work(chunk: list[str]) -> None:
         for cid in chunk:
             try:
-                remove_container(cid)
+                remove_container(cid, url)
                 done.append(cid)
             except API_ERRORS:
                 pass  # still labelled: the next sweep removes it
@@ -103,35 +107,45 @@ def remove_many(ids: list[str], timeout_s: float = 120.0) -> int:
     return len(done)
 
 
-def _containers(run: str | None = None) -> list[dict[str, Any]]:
+def containers(run: str | None = None, url: str | None = None) -> list[dict[str, Any]]:
+    """The openclaw containers on engine `url` (None: the primary), of one run or of all."""
     label = f"{L_RUN}={run}" if run else L_RUN
-    return client().api.containers(all=True, filters={"label": label})
+    return client(url).api.containers(all=True, filters={"label": label})
 
 
 def sweep(everything: bool = False) -> list[str]:
     """Remove containers left by dead runs (or every openclaw container with `everything`,
-    this process's own excepted). Returns the removed ids."""
+    this process's own excepted) on every engine that answers. Returns the removed ids."""
     now = time.time()
     mine = run_id()
-    stale = [
-        c["Id"] for c in _containers()
-        if c["Labels"].get(L_RUN) != mine and (everything or _owner_gone(c["Labels"], now))
-    ]
-    remove_many(stale)
-    return stale
+    removed: list[str] = []
+    for url in engine.live_hosts(fresh=True):
+        stale = [
+            c["Id"] for c in containers(url=url)
+            if c["Labels"].get(L_RUN) != mine and (everything or _owner_gone(c["Labels"], now))
+        ]
+        remove_many(stale, url)
+        removed += stale
+    return removed
 
 
 def remove_all_mine() -> int:
-    """Stop this process's pools, then remove every container labelled with this run."""
+    """Stop this process's pools, then remove every container labelled with this run on every
+    engine this process was given that answers (an unreachable engine's are left to their
+    deadline: any later sweep there removes them)."""
     for hook in list(_shutdown_hooks):
         try:
             hook()
         except Exception:
             pass  # cleanup goes on: the containers matter more than a pool's state
-    try:
-        return remove_many([c["Id"] for c in _containers(run_id())])
-    except Exception:
-        return 0  # no engine: nothing of ours can be running
+    removed = 0
+    for url in engine.seen():
+        try:
+            if engine.answers(url, warn=False):
+                removed += remove_many([c["Id"] for c in containers(run_id(), url)], url)
+        except Exception:
+            pass  # this engine went away meanwhile; the others still get cleaned
+    return removed
 
 
 def on_shutdown(hook: Callable[[], None]) -> None:
@@ -170,7 +184,9 @@ def install_exit_cleanup() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m envs.sandbox.sweeper")
     ap.add_argument("--all", action="store_true", help="remove every openclaw container, owner alive or not")
+    ap.add_argument("--host", action="append", default=[], help="an engine URL to sweep (repeat for several; default: the local engine)")
     args = ap.parse_args(argv)
+    engine.set_hosts(args.host)
     removed = sweep(everything=args.all)
     print(f"removed {len(removed)} container(s)")
     return 0
