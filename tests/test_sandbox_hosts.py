@@ -23,6 +23,7 @@ from envs.sandbox import engine, images, placement, pool, sweeper
 from envs.sandbox.docker import open_sandbox
 from envs.sandbox.engine import client, engine_available
 from envs.sandbox.protocol import Limits, SandboxError
+from envs.swe.instances import resolve_image
 from tests.ready import start_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,6 +102,8 @@ def test_sandbox_goes_to_the_engine_that_has_its_image(hosts, sandbox_image, hol
         assert [b.engine for b in boxes] == [holder] * 3  # the other engine is emptier, but lacks the image
         assert all(b.exec("echo ok").stdout == "ok\n" for b in boxes)
         assert not images.image_exists(image, D3 if holder == D2 else D2)  # nothing was copied
+        # A SWE-bench record whose image is loaded on one host only is found there.
+        assert resolve_image({"instance_id": "someone__lib-1", "repo": "someone/lib", "image_name": image}) == image
         for b in boxes:
             b.close()
     finally:

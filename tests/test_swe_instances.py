@@ -71,7 +71,7 @@ def test_external_record_without_image_is_a_clear_error(tmp_path):
     path = tmp_path / "ext.jsonl"
     path.write_text(json.dumps(rec) + "\n")
     env = SWEEnv(instances=str(path))
-    with pytest.raises(SandboxError, match="no local image for someone__lib-1"):
+    with pytest.raises(SandboxError, match="no image for someone__lib-1 on the Docker engines"):
         env.reset(options={"task_id": "someone__lib-1"})
     env.close()
 

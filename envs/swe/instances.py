@@ -63,16 +63,17 @@ def image_candidates(record: dict[str, Any]) -> list[str]:
 
 
 def resolve_image(record: dict[str, Any]) -> str:
-    """The local image the record runs in. Raises InstanceError naming what was looked for."""
+    """The image the record runs in, found on any configured Docker engine (the sandbox then
+    goes where it is). Raises InstanceError naming what was looked for."""
     if bundled.is_bundled(record) and not any(record.get(k) for k in IMAGE_FIELDS):
         return bundled.repo_image(str(record["repo"]).split("/", 1)[1])
-    from envs.sandbox import images
+    from envs.sandbox import placement
 
     tried = image_candidates(record)
     for tag in tried:
-        if images.image_exists(tag):
+        if placement.hosts_with(tag):
             return tag
-    raise InstanceError(f"no local image for {record['instance_id']}: looked for {', '.join(tried)} "
+    raise InstanceError(f"no image for {record['instance_id']} on the Docker engines: looked for {', '.join(tried)} "
                         "(build or load it first; nothing is pulled)")
 
 
