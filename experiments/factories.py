@@ -299,6 +299,8 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
             teacher = _build_teacher(cfg, policy, closers)
         scorer = NextStateScorer(judge, teacher, policy.renderer, m=int(cfg.judge.m), mode=mode)
     learner = await asyncio.to_thread(_build_learner, cfg)
+    if hasattr(learner, "close"):  # learner=megatron under torchrun: releases the other ranks
+        closers.append(learner.close)
     m = cfg.mode
     return Training(mode, policy.client, runner, runlog, scorer, learner, closers,
                     w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -81,6 +82,11 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    if str(cfg.learner.name) == "megatron" and int(os.environ.get("RANK", "0")) > 0:
+        from learner.megatron_learner import MegatronLearner
+
+        MegatronLearner.from_config(cfg).follow()  # under torchrun rank 0 runs the experiment; this rank its learner calls
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore", "uvicorn.access"):  # one line per request drowns the run's own
         logging.getLogger(noisy).setLevel(logging.WARNING)

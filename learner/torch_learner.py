@@ -43,7 +43,7 @@ def micro_batches(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
     return out
 
 
-class _Batch:
+class Batch:
     """A padded micro-batch plus the flat positions of its loss tokens."""
 
     def __init__(self, samples: list[Sample], device: torch.device, pad_id: int) -> None:
@@ -112,7 +112,7 @@ class TorchLearner:
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
-    def _loss_logits(self, model: torch.nn.Module, batch: _Batch) -> torch.Tensor:
+    def _loss_logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         hidden = model.base_model(input_ids=batch.ids, attention_mask=batch.attn).last_hidden_state
         return model.get_output_embeddings()(hidden[batch.rows, batch.cols])
 
@@ -123,7 +123,7 @@ class TorchLearner:
         self.model.eval()
         try:
             for s in samples:
-                batch = _Batch([s], self.device, self.pad_id)
+                batch = Batch([s], self.device, self.pad_id)
                 with self._autocast():
                     logits = self._loss_logits(self.model, batch)
                 out.append(logprobs_and_entropy(logits, batch.targets)[0].tolist())
@@ -134,18 +134,15 @@ class TorchLearner:
     # ---- training ------------------------------------------------------------------------
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
         """One optimizer step on `samples`; returns the step's figures."""
-        for s in samples:
-            if not s.prompt_ids:
-                raise ValueError("a sample needs at least one prompt token (the first response token is predicted from it)")
         t0 = time.perf_counter()
-        training = [s for s in samples if s.trains]
+        training = trainable(samples)
         if not training:
             return {"skipped": 1.0, "samples": float(len(samples))}
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss, weighted, loss_tokens, tokens = 0.0, {}, 0.0, 0
+        total_loss, all_stats, tokens = 0.0, [], 0
         batches = micro_batches(training, self.max_tokens)
         for group in batches:
-            batch = _Batch(group, self.device, self.pad_id)
+            batch = Batch(group, self.device, self.pad_id)
             with self._autocast():
                 logits = self._loss_logits(self.model, batch)
                 ref = None
@@ -159,30 +156,15 @@ class TorchLearner:
             )
             loss.backward()
             total_loss += float(loss.detach())
-            n = stats.pop("tokens")
-            loss_tokens += n
+            all_stats.append(stats)
             tokens += batch.n_tokens
-            for k, v in stats.items():
-                weighted[k] = weighted.get(k, 0.0) + v * n
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.max_grad_norm if self.max_grad_norm is not None else float("inf")
         )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        elapsed = time.perf_counter() - t0
-        metrics = {k: v / max(loss_tokens, 1.0) for k, v in weighted.items()}
-        metrics.update(
-            loss=total_loss,
-            grad_norm=float(grad_norm),
-            tokens=float(tokens),
-            loss_tokens=loss_tokens,
-            samples=float(len(samples)),
-            micro_batches=float(len(batches)),
-            time_s=elapsed,
-            tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
-        )
-        return metrics
+        return step_metrics(all_stats, total_loss, float(grad_norm), tokens, len(samples), t0)
 
     # ---- weights and checkpoints ---------------------------------------------------------
     def save_weights(self, path: str | os.PathLike) -> Path:
@@ -192,37 +174,81 @@ class TorchLearner:
 
     def save_checkpoint(self, directory: str | os.PathLike, step: int, policy_version: int) -> Path:
         """Weights, optimizer state, RNG state and counters, written atomically to `directory`."""
-        final = Path(directory)
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp = checkpoint_tmp(directory)
         self.save_weights(tmp / "model")
         torch.save({"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}, tmp / "optimizer.pt")
-        (tmp / "learner.json").write_text(json.dumps({"step": step, "policy_version": policy_version, "learner_step": self.step}))
-        if final.exists():
-            old = final.with_name(final.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(final)
-        return final
+        return checkpoint_commit(tmp, directory, step, policy_version, self.step)
 
     def load_checkpoint(self, directory: str | os.PathLike) -> dict[str, Any]:
         """Restore what save_checkpoint wrote; returns {"step", "policy_version"}."""
         d = Path(directory)
-        if not (d / "learner.json").is_file():
-            raise FileNotFoundError(f"no learner checkpoint in {d}")
+        info = checkpoint_info(d)
         saved, _ = load_model(str(d / "model"), dtype="float32")
         self.model.load_state_dict(saved.state_dict())
         del saved
         state = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
-        info = json.loads((d / "learner.json").read_text())
         self.step = int(info["learner_step"])
         return {"step": int(info["step"]), "policy_version": int(info["policy_version"])}
+
+
+def trainable(samples: list[Sample]) -> list[Sample]:
+    """The samples with loss tokens; a one-line error for a sample without a prompt token."""
+    for s in samples:
+        if not s.prompt_ids:
+            raise ValueError("a sample needs at least one prompt token (the first response token is predicted from it)")
+    return [s for s in samples if s.trains]
+
+
+def step_metrics(stats: list[dict[str, float]], loss: float, grad_norm: float, tokens: int, n_samples: int,
+                 t0: float) -> dict[str, float]:
+    """A train step's figures from its micro-batches' ppo_loss stats (means weighted by loss tokens)."""
+    elapsed = time.perf_counter() - t0
+    loss_tokens = sum(st["tokens"] for st in stats)
+    metrics = {k: sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0) for k in stats[0] if k != "tokens"}
+    metrics.update(
+        loss=loss,
+        grad_norm=grad_norm,
+        tokens=float(tokens),
+        loss_tokens=loss_tokens,
+        samples=float(n_samples),
+        micro_batches=float(len(stats)),
+        time_s=elapsed,
+        tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
+    )
+    return metrics
+
+
+def checkpoint_tmp(directory: str | os.PathLike) -> Path:
+    """A fresh folder next to `directory` to write a checkpoint into (see checkpoint_commit)."""
+    final = Path(directory)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def checkpoint_commit(tmp: Path, directory: str | os.PathLike, step: int, policy_version: int, learner_step: int) -> Path:
+    """Write learner.json into `tmp` and put it in place of `directory` (a crash leaves the old one or the new one)."""
+    final = Path(directory)
+    (tmp / "learner.json").write_text(json.dumps({"step": step, "policy_version": policy_version, "learner_step": learner_step}))
+    if final.exists():
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    return final
+
+
+def checkpoint_info(directory: Path) -> dict[str, Any]:
+    """learner.json of a checkpoint folder: {"step", "policy_version", "learner_step"}."""
+    if not (directory / "learner.json").is_file():
+        raise FileNotFoundError(f"no learner checkpoint in {directory}")
+    return json.loads((directory / "learner.json").read_text())
 
 
 def _check_plain_head(model: torch.nn.Module) -> None:
