@@ -1,8 +1,10 @@
 """`python -m experiments.compare RUN_DIR... --out DIR`: runs side by side, as a markdown table and PNG plots.
 
 Reads each run dir's config.yaml (env, mode, seed) and metrics.jsonl. DIR gets `report.md` (one
-row per run: final and best of each figure the run has, throughput, time per step) and one PNG
-per figure (figure vs RL step, one line per run). A figure no run has is left out.
+row per run: final and best of each figure the run has, throughput, time per step), the paper's
+Table-3 layout (the headline figure, personalization when the runs have it, after 0, N/2 and N
+updates, or the updates given with `--at 0,8,16`) and one PNG per figure (figure vs RL step, one
+line per run). A figure no run has is left out.
 """
 from __future__ import annotations
 
@@ -108,6 +110,26 @@ def table(runs: list[Run]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def value_after(run: Run, path: tuple[str, ...], updates: int) -> float | None:
+    """The figure of the policy after `updates` updates: metrics row k holds held-out figures
+    measured before update k+1, and the final eval_only row those after the last."""
+    return dict(run.series(path)).get(updates)
+
+
+def at_steps_table(runs: list[Run], at: list[int] | None = None) -> str:
+    """Table-3 layout: one row per run, the headline figure after each number of updates."""
+    key, title, path = next((f for f in FIGURES if f[0] == "personalization" and any(r.series(f[2]) for r in runs)),
+                            FIGURES[0])
+    if at is None:
+        n = max(max((s for s, _ in r.series(path)), default=0) for r in runs)
+        at = sorted({0, n // 2, n})
+    head = ["run", "mode"] + [f"{key} after {k}" for k in at]
+    lines = [f"{title} after 0..N updates", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        lines.append("| " + " | ".join([r.dir.name, r.mode] + [_fmt(value_after(r, path, k)) for k in at]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plots(runs: list[Run], out: Path) -> list[Path]:
     import matplotlib
 
@@ -137,14 +159,14 @@ def plots(runs: list[Run], out: Path) -> list[Path]:
     return written
 
 
-def compare(run_dirs: list[str | Path], out: str | Path) -> Path:
+def compare(run_dirs: list[str | Path], out: str | Path, at: list[int] | None = None) -> Path:
     """Write DIR/report.md and the PNGs; returns the report's path."""
     runs = [load_run(d) for d in run_dirs]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     pngs = plots(runs, out)
     report = out / "report.md"
-    body = ["# Run comparison", "", table(runs), ""]
+    body = ["# Run comparison", "", table(runs), "", at_steps_table(runs, at), ""]
     body += [f"![{p.stem}]({p.name})" for p in pngs]
     body += ["", "Run dirs:", ""] + [f"- `{r.dir}`" for r in runs]
     report.write_text("\n".join(body) + "\n")
@@ -155,9 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__.splitlines()[0])
     ap.add_argument("run_dirs", nargs="+", help="run dirs (each with metrics.jsonl and config.yaml)")
     ap.add_argument("--out", required=True, help="where report.md and the PNGs go")
+    ap.add_argument("--at", default=None, help="updates for the Table-3 layout, e.g. 0,8,16 (default 0, N/2, N)")
     args = ap.parse_args(argv)
     try:
-        report = compare(args.run_dirs, args.out)
+        at = [int(x) for x in args.at.split(",")] if args.at else None
+    except ValueError:
+        sys.exit(f"error: --at takes comma-separated update counts such as 0,8,16, not {args.at!r}")
+    try:
+        report = compare(args.run_dirs, args.out, at)
     except CompareError as e:
         sys.exit(f"error: {e}")
     print(report.read_text(), end="")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.compare import CompareError, compare, load_run
+from experiments.compare import CompareError, compare, load_run, value_after
 from tests.test_run_cli import REPO
 from tests.test_wandb import offline_records
 
@@ -76,7 +76,9 @@ def test_offline_wandb_holds_the_metrics_and_a_shared_group(sweep):
 def test_compare_writes_table_and_plots(sweep, tmp_path):
     report = compare(run_dirs(sweep), tmp_path / "cmp")
     text = report.read_text()
-    table = [line for line in text.splitlines() if line.startswith("|")]
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = lines[first:lines.index("", first)]  # the first table
     assert len(table) == 2 + len(MODES)
     assert "outcome final" in table[0] and "step_time mean" in table[0] and "prm_score final" in table[0]
     for mode, line in zip(MODES, table[2:]):
@@ -85,6 +87,19 @@ def test_compare_writes_table_and_plots(sweep, tmp_path):
     for name in ("reward", "outcome", "prm_score", "throughput", "step_time"):
         png = tmp_path / "cmp" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name}.png)" in text
+
+
+def test_compare_writes_the_table3_layout_after_0_n2_n_updates(sweep, tmp_path):
+    runs = [load_run(d) for d in run_dirs(sweep)]
+    text = compare(run_dirs(sweep), tmp_path / "t3", at=[0, 1, STEPS]).read_text()
+    head = next(line for line in text.splitlines() if "after 0 |" in line)
+    assert [c.strip() for c in head.strip("|").split("|")] == ["run", "mode", "reward after 0", "reward after 1",
+                                                               f"reward after {STEPS}"]
+    for run in runs:
+        row = next(line for line in text.splitlines() if line.startswith(f"| {run.dir.name} | {run.mode} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")][2:]
+        assert cells == [f"{v:.3g}" if v is not None else "" for v in (value_after(run, ("reward_mean",), k) for k in (0, 1, STEPS))]
+        assert cells[0] == f"{run.rows[0]['reward_mean']:.3g}"
 
 
 def test_compare_cli_says_what_is_wrong_with_a_dir(tmp_path):
