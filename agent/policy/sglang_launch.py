@@ -90,15 +90,15 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
         proc.wait(10)
 
 
+TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                 "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+
 def server_env() -> dict[str, str]:
     """This process's environment without torchrun's: under `torchrun` (learner=megatron) rank 0
     launches the server, which must not take itself for a rank of the learner's world."""
     return {k: v for k, v in os.environ.items()
             if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC_")}
-
-
-TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-                 "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
 
 class LaunchedServer:
