@@ -107,18 +107,18 @@ def test_opd_lowers_kl_to_the_hint_conditioned_teacher(tmp_path):
 
 
 @pytest.mark.slow
-def test_combine_raises_personalization_of_a_one_preference_persona(tmp_path):
-    """chat_sim with the scripted one-word student (tests/data/one_word_student.yaml): before
-    training about half the tiny model's greedy first replies to held-out problems hold one
-    word or less; binary verdicts + hindsight OPD raise that."""
-    steps = 6
-    p = run_cli("env=chat_sim", "env.persona=[tests/data/one_word_student.yaml]", "env.user=scripted", "env.max_turns=2",
+@pytest.mark.parametrize("persona,steps", [("one_word_student", 6), ("wordy_student", 12)], ids=["one-word", "wordy"])
+def test_combine_raises_personalization_of_a_one_preference_persona(tmp_path, persona, steps):
+    """chat_sim with a scripted one-preference student, tiny model. The two personas want
+    opposite things (<= 1 word, >= 3 words), so a rise in both comes from the users' verdicts
+    and hints, not from training merely making the replies degenerate."""
+    p = run_cli("env=chat_sim", f"env.persona=[tests/data/{persona}.yaml]", "env.user=scripted", "env.max_turns=2",
                 "mode=combine", "judge=rules", "model=tiny", "n_envs=8", "tasks_per_step=8", "eval.n_tasks=32",
                 "sampling.max_new_tokens=12", "learner.lr=0.01", "learner.max_staleness=0", f"steps={steps}",
                 f"run_dir={tmp_path}", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    scores = [r["personalization"] for r in rows]  # row k: the policy after k updates
+    scores = [r["personalization"] for r in rows]  # row k: greedy first replies of the policy after k updates
     assert len(scores) == steps + 1 and rows[-1]["eval_only"]
     assert scores[0] <= 0.75, scores
     assert scores[-1] >= scores[0] + 0.2 and min(scores[-3:]) > scores[0], scores
