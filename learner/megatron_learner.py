@@ -1,7 +1,7 @@
 """The megatron-core learner (`learner=megatron`): the torch learner's loss and interface on a
 megatron-core GPTModel, with tensor and pipeline parallel sizes from config.
 
-The model is built from the HF config of a Llama- or Qwen2-family model and loaded from its HF
+The model is built from the HF config of a Llama, Qwen2 or Qwen3 model and loaded from its HF
 weights (learner/mcore/convert.py); micro-batches go through megatron's forward_backward_func
 (1F1B over pipeline stages) and the loss is learner/loss.py's, on the logits of the loss
 tokens only, exactly as in the torch learner. The optimizer is torch AdamW over this rank's
@@ -38,7 +38,7 @@ from agent.policy.models import load_model, save_model
 from learner.loss import EPS_HIGH, EPS_LOW, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
 from learner.mcore.model import (build_gpt, clip_grad_norm, gather_whole, init_parallel, loss_logits, on_device, ranks,
-                                 sync_tied_embedding_grads)
+                                 sync_grads)
 from learner.samples import Sample
 from learner.torch_learner import (Batch, checkpoint_commit, checkpoint_info, checkpoint_tmp, micro_batches, step_metrics,
                                    trainable)
@@ -250,7 +250,7 @@ class MegatronLearner:
         refs = self._logprobs(self.ref_model, batches) if self.ref_model is not None else None
         self.optimizer.zero_grad(set_to_none=True)
         results = self._run(self.model, batches, len(samples), forward_only=False, refs=refs)
-        sync_tied_embedding_grads(self.model)
+        sync_grads(self.model)
         params = list(self.model.parameters())
         grad_norm = clip_grad_norm(params, self.max_grad_norm)
         self.optimizer.step()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from agent.policy.models import byte_tokenizer, load_model, save_model, tiny_model
 from learner.mcore import convert
@@ -31,25 +31,30 @@ WEIGHT_TOL = {"rtol": 0.0, "atol": 0.05 * LR}
 
 
 def _small(kind: str) -> torch.nn.Module:
-    """A random Qwen2 (qkv bias, untied, odd vocabulary) or Llama with tied embeddings, of the tiny model's size."""
+    """A random Qwen2 (qkv bias, untied, odd vocabulary), Qwen3 (query/key norms, head_dim != hidden / heads)
+    or Llama with tied embeddings, of the tiny model's size."""
     common = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
     torch.manual_seed(1)
     if kind == "qwen2":
         return Qwen2ForCausalLM(Qwen2Config(vocab_size=301, num_hidden_layers=2, tie_word_embeddings=False, **common))
+    if kind == "qwen3":
+        return Qwen3ForCausalLM(Qwen3Config(vocab_size=300, num_hidden_layers=2, tie_word_embeddings=False, head_dim=32, **common))
     return LlamaForCausalLM(LlamaConfig(vocab_size=260, num_hidden_layers=2, tie_word_embeddings=True, **common))
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, str]:
-    """Model names/paths: tiny (Llama, untied), qwen2 (bias, untied, vocab 301), tied (Llama, tied)."""
+    """Model names/paths: tiny (Llama, untied), qwen2, qwen3 and tied (Llama) from `_small`."""
     root = tmp_path_factory.mktemp("models")
     out = {"tiny": "tiny"}
-    for kind in ("qwen2", "tied"):
+    for kind in ("qwen2", "qwen3", "tied"):
         model = _small(kind)
-        with torch.no_grad():  # HF inits biases to zero; make them count
+        with torch.no_grad():  # HF inits biases to zero and norms to one; make them count
             for name, p in model.named_parameters():
                 if name.endswith("bias"):
-                    p.normal_(0, 0.5)
+                    p.normal_(0.0, 0.5)
+                elif "norm" in name:
+                    p.normal_(1.0, 0.3)
         save_model(model, byte_tokenizer(), root / kind)
         out[kind] = str(root / kind)
     return out
@@ -110,7 +115,7 @@ def assert_same_next_step(learner, ref: TorchLearner, samples: list[Sample]) -> 
 
 
 # ---- conversion ----------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["tiny", "qwen2", "tied"])
+@pytest.mark.parametrize("kind", ["tiny", "qwen2", "qwen3", "tied"])
 def test_conversion_round_trips_exactly(kind):
     model = tiny_model(0)[0] if kind == "tiny" else _small(kind)
     s = convert.shape_of(model.config)
@@ -142,7 +147,7 @@ def test_unsupported_models_and_sizes_get_one_line():
 
 
 # ---- world size 1, in this process -----------------------------------------------------------
-@pytest.mark.parametrize("kind", ["tiny", "qwen2", "tied"])
+@pytest.mark.parametrize("kind", ["tiny", "qwen2", "qwen3", "tied"])
 def test_logprobs_match_the_hf_model(models, kind):
     from learner.megatron_learner import MegatronLearner
 
@@ -234,15 +239,16 @@ def _rank_main(rank: int, world: int, port: int, tp: int, pp: int, models: dict[
         logprobs = learner.logprobs(samples)
         metrics = learner.train_step(samples)
         learner.save_weights(Path(out, f"{kind}-hf"))
+        learner.save_checkpoint(Path(out, f"{kind}-ckpt"), step=1, policy_version=1)
         learner.close()
         torch.save({"logprobs": logprobs, "metrics": metrics, "grads": grads["g"]}, Path(out, f"{kind}.pt"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tp,pp,kinds", [(2, 1, ("tiny", "qwen2")), (1, 2, ("tied",))], ids=["tp2", "pp2"])
+@pytest.mark.parametrize("tp,pp,kinds", [(2, 1, ("tiny", "qwen2", "qwen3")), (1, 2, ("tied",))], ids=["tp2", "pp2"])
 def test_parallel_step_matches_the_torch_learner(models, tmp_path, tp, pp, kinds):
-    """Two processes compute the sharded step; its loss, gathered gradients and saved weights match
-    the torch learner's on the whole model."""
+    """Two processes compute the sharded step; its loss, gathered gradients, saved weights and
+    checkpointed Adam moments match the torch learner's on the whole model."""
     refs, torch_results = {}, {}
     for kind in kinds:
         refs[kind] = TorchLearner(models[kind], lr=LR, max_tokens_per_micro_batch=40)
@@ -260,6 +266,12 @@ def test_parallel_step_matches_the_torch_learner(models, tmp_path, tp, pp, kinds
         assert_step_matches(got["metrics"], got["grads"], t_metrics, t_grads)
         saved, _ = load_model(str(tmp_path / f"{kind}-hf"), dtype="float32")
         assert_weights_match(dict(saved.named_parameters()), refs[kind].model)
+        # the checkpoint's Adam moments, gathered from the shards, land on the torch learner's parameters
+        resumed = TorchLearner(models[kind], lr=LR)
+        resumed.load_checkpoint(tmp_path / f"{kind}-ckpt")
+        for p, q in zip(resumed.model.parameters(), refs[kind].model.parameters()):
+            for key in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(resumed.optimizer.state[p][key], refs[kind].optimizer.state[q][key], rtol=1e-3, atol=1e-9)
 
 
 # ---- the run CLI -------------------------------------------------------------------------------

@@ -52,13 +52,8 @@ class BareLoop:
         self.opt.zero_grad(set_to_none=True)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def main(argv: list[str]) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench learner", description=__doc__)
+def add_batch_args(ap: argparse.ArgumentParser) -> None:
+    """The model, batch and timing options the learner benchmarks share."""
     ap.add_argument("--model", default="smollm2", help="tiny, smollm2 or a local HF folder")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=128)
@@ -66,6 +61,16 @@ def main(argv: list[str]) -> dict[str, Any]:
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--bf16", action="store_true")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench learner", description=__doc__)
+    add_batch_args(ap)
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
 
@@ -80,10 +85,10 @@ def main(argv: list[str]) -> dict[str, Any]:
     steps = {"learner": lambda: learner.train_step(samples), "bare": bare.step}
     for i in range(args.warmup + args.iters):
         for name, fn in steps.items():
-            _sync(learner.device)
+            sync(learner.device)
             t0 = time.perf_counter()
             fn()
-            _sync(learner.device)
+            sync(learner.device)
             if i >= args.warmup:
                 times[name].append(time.perf_counter() - t0)
 

@@ -1,4 +1,4 @@
-"""HF Llama/Qwen2 <-> megatron-core GPTModel: the config mapping and the weight conversion.
+"""HF Llama/Qwen2/Qwen3 <-> megatron-core GPTModel: the config mapping and the weight conversion.
 
 Megatron keeps one fused QKV matrix per layer, interleaved per query group
 ([q heads of group 0, k0, v0, q heads of group 1, k1, v1, ...]) so that a contiguous tensor-parallel
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig
 
-SUPPORTED = ("llama", "qwen2")
+SUPPORTED = ("llama", "qwen2", "qwen3")
 Tensors = dict[str, torch.Tensor]
 
 
@@ -35,7 +35,8 @@ class Shape:
     head_dim: int
     vocab: int
     tied: bool
-    qkv_bias: bool
+    qkv_bias: bool  # Qwen2
+    qk_norm: bool  # Qwen3: RMSNorm over each head's queries and keys
 
     def padded_vocab(self, tp: int) -> int:
         return math.ceil(self.vocab / tp) * tp
@@ -50,14 +51,14 @@ def shape_of(cfg: PretrainedConfig) -> Shape:
     """The model's Shape; a one-line ValueError for what megatron's local GPT layers cannot express."""
     kind = getattr(cfg, "model_type", None)
     if kind not in SUPPORTED:
-        raise ValueError(f"learner=megatron supports Llama- and Qwen2-family models, not model_type={kind!r}")
+        raise ValueError(f"learner=megatron supports Llama, Qwen2 and Qwen3 models, not model_type={kind!r}")
     if cfg.hidden_act != "silu":
         raise ValueError(f"learner=megatron: hidden_act={cfg.hidden_act!r} is not supported (SwiGLU with silu only)")
     rope = getattr(cfg, "rope_parameters", None) or {}
     if rope.get("rope_type", "default") != "default":
         raise ValueError(f"learner=megatron: rope_type={rope['rope_type']!r} (RoPE scaling) is not supported")
     if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
-        raise ValueError("learner=megatron: Llama attention_bias / mlp_bias are not supported")
+        raise ValueError("learner=megatron: attention_bias / mlp_bias are not supported")
     if getattr(cfg, "use_sliding_window", False):
         raise ValueError("learner=megatron: sliding-window attention is not supported")
     if getattr(cfg, "attention_dropout", 0.0):
@@ -66,7 +67,7 @@ def shape_of(cfg: PretrainedConfig) -> Shape:
     return Shape(
         layers=cfg.num_hidden_layers, heads=heads, groups=cfg.num_key_value_heads or heads,
         head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, vocab=cfg.vocab_size,
-        tied=bool(cfg.tie_word_embeddings), qkv_bias=kind == "qwen2",
+        tied=bool(cfg.tie_word_embeddings), qkv_bias=kind == "qwen2", qk_norm=kind == "qwen3",
     )
 
 
@@ -91,6 +92,7 @@ def transformer_config(cfg: PretrainedConfig, tp: int, pp: int, cuda: bool, reco
         num_attention_heads=s.heads, num_query_groups=s.groups, kv_channels=s.head_dim,
         normalization="RMSNorm", layernorm_epsilon=cfg.rms_norm_eps,
         gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, add_qkv_bias=s.qkv_bias,
+        qk_layernorm=s.qk_norm,
         hidden_dropout=0.0, attention_dropout=0.0,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, pipeline_dtype=torch.float32,
         # the weights come from HF, but without initialisation megatron leaves the tensor-parallel
@@ -118,6 +120,13 @@ _PER_LAYER = {  # HF suffix -> Megatron suffix, one tensor each
     "self_attn.o_proj.weight": "self_attention.linear_proj.weight",
     "mlp.down_proj.weight": "mlp.linear_fc2.weight",
 }
+
+
+def _per_layer(s: Shape) -> dict[str, str]:
+    if not s.qk_norm:
+        return _PER_LAYER
+    return {**_PER_LAYER, "self_attn.q_norm.weight": "self_attention.q_layernorm.weight",
+            "self_attn.k_norm.weight": "self_attention.k_layernorm.weight"}
 
 
 def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
@@ -151,7 +160,7 @@ def to_megatron(hf: Tensors, s: Shape, tp: int = 1) -> Tensors:
         out["output_layer.weight"] = _pad_rows(hf["lm_head.weight"], vocab)
     for i in range(s.layers):
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
-        for a, b in _PER_LAYER.items():
+        for a, b in _per_layer(s).items():
             out[m + b] = hf[h + a]
         for kind in _qkv_kinds(s):
             out[m + f"self_attention.linear_qkv.{kind}"] = _fuse_qkv(
@@ -167,7 +176,7 @@ def to_hf(mg: Tensors, s: Shape) -> Tensors:
            "lm_head.weight": embed if s.tied else mg["output_layer.weight"][: s.vocab]}
     for i in range(s.layers):
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
-        for a, b in _PER_LAYER.items():
+        for a, b in _per_layer(s).items():
             out[h + a] = mg[m + b]
         for kind in _qkv_kinds(s):
             for p, t in zip("qkv", _split_qkv(mg[m + f"self_attention.linear_qkv.{kind}"], s)):

@@ -88,7 +88,7 @@ def build_gpt(cfg: PretrainedConfig, tp: int, pp: int, device: torch.device, rec
     with on_device():
         model = GPTModel(
             config=transformer_config(cfg, tp, pp, cuda=CUDA, recompute=recompute),
-            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=s.qk_norm),
             vocab_size=s.padded_vocab(tp), max_sequence_length=cfg.max_position_embeddings,
             pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
             share_embeddings_and_output_weights=s.tied, position_embedding_type="rope", rotary_base=rope_theta(cfg),
@@ -113,15 +113,19 @@ def loss_logits(model, ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
     return logits.squeeze(1)[:, :vocab]
 
 
-def sync_tied_embedding_grads(model) -> None:
-    """With pipeline stages a tied embedding lives on the first and the last stage; both copies get the summed gradient."""
+def sync_grads(model) -> None:
+    """Sum the gradient parts megatron leaves apart (its DDP wrapper would): the query/key norms
+    each TP rank applies to its own heads, and a tied embedding whose copies live on the first
+    and the last pipeline stage."""
     from megatron.core import parallel_state as ps
 
-    if not model.share_embeddings_and_output_weights or ps.get_pipeline_model_parallel_world_size() == 1:
-        return
-    if ps.is_rank_in_embedding_group():
-        grad = model.shared_embedding_or_output_weight().grad
-        dist.all_reduce(grad, group=ps.get_embedding_group())
+    if ps.get_tensor_model_parallel_world_size() > 1:
+        for name, p in model.named_parameters():
+            if p.grad is not None and ("q_layernorm" in name or "k_layernorm" in name):
+                dist.all_reduce(p.grad, group=ps.get_tensor_model_parallel_group())
+    if model.share_embeddings_and_output_weights and ps.get_pipeline_model_parallel_world_size() > 1 \
+            and ps.is_rank_in_embedding_group():
+        dist.all_reduce(model.shared_embedding_or_output_weight().grad, group=ps.get_embedding_group())
 
 
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
