@@ -46,12 +46,12 @@ def init_parallel(tp: int, pp: int, timeout_s: float) -> None:
     World size 1 without a launcher gets an in-process store; under torchrun every rank joins by env://."""
     from megatron.core import parallel_state, tensor_parallel
 
+    if not CUDA:
+        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+        torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
     if not dist.is_initialized():
         if CUDA:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        else:
-            torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-            torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
         backend = "nccl" if CUDA else "gloo"
         timeout = timedelta(seconds=timeout_s)
         if int(os.environ.get("WORLD_SIZE", "1")) == 1 and "MASTER_ADDR" not in os.environ:
