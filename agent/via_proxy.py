@@ -105,8 +105,10 @@ def _join(proxy_turn: Turn, env_turn: Turn) -> Turn:
     t.episode_id, t.task_id, t.group_id = env_turn.episode_id, env_turn.task_id, env_turn.group_id
     t.status = env_turn.status
     env_ns, ns = env_turn.next_state, t.next_state
-    if ns.kind == "none" or ns.content == env_ns.content:
-        t.next_state = dataclasses.replace(ns, data=dict(env_ns.data)) if ns.kind != "none" else env_ns
+    if ns.kind == "none":  # the proxy never heard a next state (a deadline): the env's says why
+        t.next_state = env_ns
+    elif ns.content == env_ns.content:
+        t.next_state = dataclasses.replace(ns, data=dict(env_ns.data))
     else:  # the proxy and the env disagree on what the user said: keep the proxy's words, say so
         log.warning("session %s step %d: proxy next state differs from the env's", t.episode_id, t.step_index)
         t.meta["next_state_mismatch"] = True

@@ -4,6 +4,7 @@ records, joined with what only the simulator knows."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def test_episodes_through_the_proxy_train_on_its_records(tmp_path):
         link = ProxyLink(proxy.url, key, "tiny", timeout_s=120, max_connections=8)
         sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
         runner = Runner(lambda: ChatSimEnv(persona=PERSONA, max_turns=3),
-                        lambda job: ProxyActor(link, job.episode_id, SamplingParams(**{**sampling.__dict__, "seed": job.seed})),
+                        lambda job: ProxyActor(link, job.episode_id, dataclasses.replace(sampling, seed=job.seed)),
                         n_envs=3, step_timeout_s=120, progress=False)
         rollouts = ProxyRollouts(runner)
         rollouts.on_turn = handed.append
