@@ -281,3 +281,33 @@ def test_sandbox_outlives_the_thread_that_opened_it():
         assert box.is_alive() and box.exec("echo up").stdout == "up\n"
     finally:
         box.close()
+
+
+def test_a_live_process_cgroups_survive_another_process_starting():
+    """A new sandbox's cgroup exists before its first process joins it: another process starting
+    meanwhile (and sweeping the leftovers of crashed runs) must not remove it. A dead process's
+    empty cgroups are removed."""
+    from envs.sandbox import cgroups
+
+    mine = cgroups.create("openclaw-test", Limits())
+    if mine is None:
+        pytest.skip("this host lets us make no cgroup")
+    parents = [os.path.dirname(d) for d in mine.dirs]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftovers = [f"{p}/openclaw-test-{dead.stdout.strip()}-0" for p in parents]
+    for d in leftovers:
+        os.makedirs(d, exist_ok=True)
+    try:
+        other = subprocess.run(
+            [sys.executable, "-c", "from envs.sandbox import cgroups, Limits\n"
+             "g = cgroups.create('openclaw-test', Limits()); print(g is not None); g.remove()"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert other.stdout.strip() == "True", other.stderr
+        assert all(os.path.isdir(d) for d in mine.dirs)  # still empty, still there
+        assert not any(os.path.exists(d) for d in leftovers)
+    finally:
+        mine.remove()
+        for d in leftovers:
+            if os.path.exists(d):
+                os.rmdir(d)
+    assert not any(os.path.exists(d) for d in mine.dirs)

@@ -141,7 +141,7 @@ class BwrapSandbox:
         _track(self)
         try:
             self._start_holder()
-            self._cgroup = cgroups.create(f"openclaw-bwrap-{self.uid}", limits)
+            self._cgroup = cgroups.create("openclaw-bwrap", limits)
             self._start_shell()
         except BaseException:
             self.close()

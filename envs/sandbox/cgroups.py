@@ -8,6 +8,7 @@ controllers can be delegated). Where nothing is writable (an unprivileged or loc
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -15,6 +16,7 @@ from envs.sandbox.protocol import Limits
 
 ROOT = "/sys/fs/cgroup"
 PERIOD_US = 100_000
+_serial = itertools.count()  # names unique within the process (threads create at once)
 
 
 def _own_paths() -> dict[str, str]:
@@ -58,31 +60,46 @@ class Group:
                     time.sleep(0.01)
 
 
-def create(name: str, limits: Limits) -> Group | None:
-    """A new cgroup `name` ("<prefix>-<id>") with `limits`, or None where this host does not
-    let us make one. Empty cgroups of the same prefix (left by a crashed run) are removed."""
+def create(prefix: str, limits: Limits) -> Group | None:
+    """A new cgroup "<prefix>-<our pid>-<n>" with `limits`, or None where this host does not
+    let us make one. Empty cgroups of the same prefix whose process is gone (left by a crashed
+    run) are removed; a live process's are never touched, even while still empty."""
     try:
         own = _own_paths()
     except OSError:
         return None
+    name = f"{prefix}-{os.getpid()}-{next(_serial)}"
     if os.path.exists(f"{ROOT}/cgroup.controllers"):
         return _create_v2(name, limits, own.get("", "/"))
     return _create_v1(name, limits, own)
 
 
+def _owner_alive(entry: str, prefix: str) -> bool:
+    """Whether the process named in cgroup `entry` ("<prefix>-<pid>-<n>") still runs."""
+    pid = entry[len(prefix):].split("-", 1)[0]
+    return pid.isdigit() and os.path.exists(f"/proc/{pid}")
+
+
 def _sweep(parent: str, name: str) -> None:
-    """Remove empty cgroups a crashed run left (same prefix); busy ones refuse rmdir."""
-    prefix = name.rsplit("-", 1)[0] + "-"
+    """Remove empty cgroups a crashed run left (same prefix, owner gone); busy ones refuse rmdir."""
+    prefix = name.rsplit("-", 2)[0] + "-"
     try:
         entries = os.listdir(parent)
     except OSError:
         return
     for e in entries:
-        if e.startswith(prefix) and e != name:
+        if e.startswith(prefix) and not _owner_alive(e, prefix):
             try:
                 os.rmdir(f"{parent}/{e}")
             except OSError:
                 pass
+
+
+def _discard(d: str) -> None:
+    try:
+        os.rmdir(d)
+    except OSError:
+        pass
 
 
 def _create_v1(name: str, limits: Limits, own: dict[str, str]) -> Group | None:
@@ -105,7 +122,7 @@ def _create_v1(name: str, limits: Limits, own: dict[str, str]) -> Group | None:
                 _write(f"{d}/{fname}", value)
             dirs.append(d)
         except OSError:
-            os.rmdir(d)
+            _discard(d)
     return Group(dirs) if dirs else None
 
 
@@ -123,6 +140,6 @@ def _create_v2(name: str, limits: Limits, own: str) -> Group | None:
         _write(f"{d}/pids.max", str(limits.pids))
         _write(f"{d}/cpu.max", f"{max(1000, int(limits.cpus * PERIOD_US))} {PERIOD_US}")
     except OSError:
-        os.rmdir(d)
+        _discard(d)
         return None
     return Group([d])
