@@ -111,8 +111,19 @@ def test_sandbox_goes_to_the_engine_that_has_its_image(hosts, sandbox_image, hol
 
 
 def test_least_loaded_engine_when_both_have_the_image(hosts, sandbox_image):
+    from envs.sandbox.docker import create_container, remove_container
+
+    # A crashed run's leftover on D3 (its process is gone, its container still runs) is no load.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    leftover = create_container(sandbox_image, SMALL, {**sweeper.labels(), sweeper.L_RUN: "crashed-run",
+                                                       sweeper.L_PID: str(dead.pid)}, url=D3)
     hosts([D2, D3])
-    boxes = _open(sandbox_image, 4)
+    try:
+        assert placement.load(D3) == 0
+        boxes = _open(sandbox_image, 4)
+    finally:
+        remove_container(leftover, D3)
     assert [b.engine for b in boxes] == [D2, D3, D2, D3]
     assert (placement.load(D2), placement.load(D3)) == (2, 2)
     for url in (D2, D3):  # each container exists on its own engine only
@@ -244,3 +255,6 @@ def test_sandbox_on_an_engine_that_dies_is_an_infra_error(hosts, sandbox_image):
             box.close()
         assert _engine("start", "docker3").returncode == 0
     assert engine.live_hosts(fresh=True) == [D3]  # back for the next run
+    # What could not be removed while the engine was down is this run's: the exit cleanup's.
+    sweeper.remove_all_mine()
+    assert not sweeper.containers(sweeper.run_id(), D3)

@@ -2,17 +2,19 @@
 
 Among the engines that answer (engine.live_hosts: a dead one is skipped with a warning), those
 that already have the image come first, the least loaded of them wins. An engine's load is its
-openclaw containers (this process's, counted exactly from the moment one is placed, plus other
-processes', counted on the engine every OTHERS_TTL_S) per CPU of the engine. With `max_per_host`
-set, an engine holding that many is passed over while another one is below it. When no engine
-that has the image can take it, the least loaded engine gets the image copied from one that has
-it (images.copy_image) and takes the sandbox.
+openclaw containers per CPU of the engine: this process's, counted exactly from the moment one
+is placed, plus the running ones of other live processes, counted on the engine every
+OTHERS_TTL_S (a dead run's leftovers are no load). With `max_per_host` set, an engine holding
+that many is passed over while another one is below it. When no engine that has the image can
+take it, the least loaded engine gets the image copied from one that has it
+(images.copy_image) and takes the sandbox.
 
 A single configured engine skips all of this: the sandbox goes there (no extra API calls).
 """
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 
@@ -21,6 +23,8 @@ import docker
 from envs.sandbox import engine, images, sweeper
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import SandboxError
+
+log = logging.getLogger(__name__)
 
 OTHERS_TTL_S = 2.0
 
@@ -62,9 +66,12 @@ def hosts_with(image: str) -> list[str]:
 def _count_others(url: str) -> int:
     when, n = _others.get(url, (float("-inf"), 0))
     if time.monotonic() - when > OTHERS_TTL_S:
-        mine = sweeper.run_id()
+        mine, now = sweeper.run_id(), time.time()
         try:
-            n = sum(1 for c in sweeper.containers(url=url) if c["Labels"].get(sweeper.L_RUN) != mine)
+            # Load is what runs: a dead run's leftovers (exited, or waiting for a sweep) are not.
+            n = sum(1 for c in sweeper.containers(url=url)
+                    if c["Labels"].get(sweeper.L_RUN) != mine and c.get("State") in ("created", "running")
+                    and not sweeper.owner_gone(c["Labels"], now))
         except (docker.errors.DockerException, OSError):
             pass  # keep the last count; the health check decides whether the engine is used
         _others[url] = (time.monotonic(), n)
@@ -108,6 +115,8 @@ def choose(image: str) -> str:
 
         pick = min(room(holders) or room(live) or live, key=key)
         _mine[pick] += 1
+    log.debug("sandbox of %s -> %s (live %s, with the image %s, loads %s)", image, engine.name(pick),
+              live, holders, loads)
     return pick
 
 

@@ -65,7 +65,8 @@ def labels(deadline_s: float = DEFAULT_DEADLINE_S) -> dict[str, str]:
     }
 
 
-def _owner_gone(lab: dict[str, str], now: float) -> bool:
+def owner_gone(lab: dict[str, str], now: float) -> bool:
+    """Whether a container's run is over: past its deadline, or (on this host) its process gone."""
     try:
         if float(lab.get(L_DEADLINE, "inf")) < now:
             return True
@@ -122,7 +123,7 @@ def sweep(everything: bool = False) -> list[str]:
     for url in engine.live_hosts(fresh=True):
         stale = [
             c["Id"] for c in containers(url=url)
-            if c["Labels"].get(L_RUN) != mine and (everything or _owner_gone(c["Labels"], now))
+            if c["Labels"].get(L_RUN) != mine and (everything or owner_gone(c["Labels"], now))
         ]
         remove_many(stale, url)
         removed += stale
@@ -168,6 +169,8 @@ def install_exit_cleanup() -> None:
         _signals_pid = owner
     for signum in (signal.SIGINT, signal.SIGTERM):
         previous = signal.getsignal(signum)
+        if previous == signal.SIG_IGN:
+            continue  # started ignoring it (nohup, a background job): the run goes on, so must its sandboxes
 
         def handler(num: int, frame: Any, previous: Any = previous) -> None:
             if os.getpid() == owner:
