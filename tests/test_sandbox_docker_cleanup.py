@@ -21,9 +21,12 @@ pytestmark = [
 SMALL = Limits(memory_mb=256, pids=64)
 
 # A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, then
-# waits (to be signalled) or, with "exit", returns normally without closing anything.
+# waits (to be signalled; with "ignore-sigint", ignoring SIGINT) or, with "exit", returns
+# normally without closing anything.
 RUNNER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    if sys.argv[3] == "ignore-sigint":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or in a background job
     from envs.sandbox.docker import open_sandbox
     from envs.sandbox.protocol import Limits
     from envs.sandbox.sweeper import run_id
@@ -31,7 +34,7 @@ RUNNER = textwrap.dedent("""
     held = [open_sandbox(sys.argv[2], Limits(memory_mb=256, pids=64), pool_size=n) for _ in range(n)]
     assert all(s.exec("echo up").stdout == "up\\n" for s in held)
     print("READY", run_id(), flush=True)
-    if sys.argv[3] == "wait":
+    if sys.argv[3] != "exit":
         time.sleep(600)
 """)
 
@@ -79,6 +82,20 @@ def test_interrupt_leaves_nothing(image, sig):
     proc.send_signal(sig)
     proc.wait(timeout=60)
     assert proc.returncode != 0  # the signal still ended it (handlers chain to the previous ones)
+    assert _wait_gone(run, 5) == []
+
+
+def test_a_run_that_ignores_sigint_keeps_its_sandboxes(image):
+    proc, run = _start_runner(image, 3, then="ignore-sigint")
+    try:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(3)
+        assert proc.poll() is None and len(_containers(run)) >= 3  # still running, sandboxes and all
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert _wait_gone(run, 5) == []
 
 
