@@ -82,9 +82,12 @@ def test_closed_runner_leaves_no_actor():
 
     _run(make, lambda j: OracleActor(), _jobs(["n2", "n3"]))
     assert made
-    for env in made:
+    for env in made:  # ray.kill is asynchronous: the actor is gone within moments, not at once
+        deadline = time.monotonic() + 30
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(env.actor.describe.remote(), timeout=30)
+            while time.monotonic() < deadline:
+                ray.get(env.actor.describe.remote(), timeout=30)
+                time.sleep(0.2)
 
 
 def test_actor_that_dies_mid_episode_is_an_infra_error():
