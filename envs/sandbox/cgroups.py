@@ -70,29 +70,25 @@ def create(prefix: str, limits: Limits) -> Group | None:
         return None
     name = f"{prefix}-{os.getpid()}-{next(_serial)}"
     if os.path.exists(f"{ROOT}/cgroup.controllers"):
-        return _create_v2(name, limits, own.get("", "/"))
-    return _create_v1(name, limits, own)
+        return _create_v2(name, prefix, limits, own.get("", "/"))
+    return _create_v1(name, prefix, limits, own)
 
 
 def _owner_alive(entry: str, prefix: str) -> bool:
     """Whether the process named in cgroup `entry` ("<prefix>-<pid>-<n>") still runs."""
-    pid = entry[len(prefix):].split("-", 1)[0]
+    pid = entry[len(prefix) + 1:].split("-", 1)[0]
     return pid.isdigit() and os.path.exists(f"/proc/{pid}")
 
 
-def _sweep(parent: str, name: str) -> None:
+def _sweep(parent: str, prefix: str) -> None:
     """Remove empty cgroups a crashed run left (same prefix, owner gone); busy ones refuse rmdir."""
-    prefix = name.rsplit("-", 2)[0] + "-"
     try:
         entries = os.listdir(parent)
     except OSError:
         return
     for e in entries:
-        if e.startswith(prefix) and not _owner_alive(e, prefix):
-            try:
-                os.rmdir(f"{parent}/{e}")
-            except OSError:
-                pass
+        if e.startswith(prefix + "-") and not _owner_alive(e, prefix):
+            _discard(f"{parent}/{e}")
 
 
 def _discard(d: str) -> None:
@@ -102,7 +98,7 @@ def _discard(d: str) -> None:
         pass
 
 
-def _create_v1(name: str, limits: Limits, own: dict[str, str]) -> Group | None:
+def _create_v1(name: str, prefix: str, limits: Limits, own: dict[str, str]) -> Group | None:
     settings = {
         "memory": {"memory.limit_in_bytes": str(limits.memory_mb << 20)},
         "pids": {"pids.max": str(limits.pids)},
@@ -112,7 +108,7 @@ def _create_v1(name: str, limits: Limits, own: dict[str, str]) -> Group | None:
     for ctrl, files in settings.items():
         parent = f"{ROOT}/{ctrl}{own.get(ctrl, '/').rstrip('/')}"
         d = f"{parent}/{name}"
-        _sweep(parent, name)
+        _sweep(parent, prefix)
         try:
             os.mkdir(d)
         except OSError:
@@ -126,10 +122,10 @@ def _create_v1(name: str, limits: Limits, own: dict[str, str]) -> Group | None:
     return Group(dirs) if dirs else None
 
 
-def _create_v2(name: str, limits: Limits, own: str) -> Group | None:
+def _create_v2(name: str, prefix: str, limits: Limits, own: str) -> Group | None:
     parent = f"{ROOT}{own.rstrip('/')}"
     d = f"{parent}/{name}"
-    _sweep(parent, name)
+    _sweep(parent, prefix)
     try:
         _write(f"{parent}/cgroup.subtree_control", "+memory +pids +cpu")
         os.mkdir(d)
