@@ -88,6 +88,31 @@ class StepResult:
     outcome: float | None = None  # the verifiable outcome, required when done
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskSplit:
+    """Disjoint task ids: `train` feeds rollouts and demonstrations, `held_out` only evaluation."""
+
+    train: list[str]
+    held_out: list[str]
+
+    def __post_init__(self) -> None:
+        both = set(self.train) & set(self.held_out)
+        if both:
+            raise ValueError(f"held-out tasks also in training: {sorted(both)[:3]}")
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"train": list(self.train), "held_out": list(self.held_out)}
+
+
+def split_ids(task_ids: list[str], n_held_out: int, seed: int) -> TaskSplit:
+    """A seeded draw of min(n_held_out, len // 2) ids as held out (in task order), the rest train."""
+    ids = list(dict.fromkeys(task_ids))
+    n = max(0, min(int(n_held_out), len(ids) // 2))
+    picked = set(np.random.default_rng(seed).choice(len(ids), size=n, replace=False).tolist()) if n else set()
+    return TaskSplit(train=[t for i, t in enumerate(ids) if i not in picked],
+                     held_out=[t for i, t in enumerate(ids) if i in picked])
+
+
 class AnyText(spaces.Text):
     """A Text space that holds any unicode string (Gymnasium's Text limits the charset)."""
 
@@ -159,6 +184,13 @@ class AgentEnv(gymnasium.Env):
     def random_action(self, rng: np.random.Generator) -> str:
         """A random action. Envs override this with random but plausible tool calls."""
         return self.action_space.sample()
+
+    def task_split(self, n_held_out: int, seed: int) -> TaskSplit:
+        """Training and held-out task ids, disjoint and fixed by `seed` (not by the run's seed, so
+        every run of a comparison is evaluated on the same tasks). Default: a seeded draw of
+        `n_held_out` of `task_ids()`, at most half of them, the rest train. Envs with a natural
+        held-out source (fresh generator seeds) override this; `load_task` accepts both kinds."""
+        return split_ids(self.task_ids(), n_held_out, seed)
 
     # ---- gymnasium API -----------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
