@@ -315,6 +315,7 @@ def _build_learner(cfg: DictConfig) -> Any:
         from learner.torch_learner import TorchLearner
 
         return TorchLearner(str(cfg.model.path), lr=float(lc.lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
+                            adam_eps=float(lc.adam_eps),
                             max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=bool(lc.bf16),
                             gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
                             seed=int(cfg.seed))

@@ -66,6 +66,7 @@ class MegatronLearner:
         lr: float = 1e-5,
         betas: tuple[float, float] = (0.9, 0.98),
         weight_decay: float = 0.1,
+        adam_eps: float = 1e-8,
         max_tokens_per_micro_batch: int = 8192,
         bf16: bool = False,
         gradient_checkpointing: bool = False,
@@ -101,7 +102,8 @@ class MegatronLearner:
             self._load(self.ref_model, whole)
             self.ref_model.eval().requires_grad_(False)
         del whole
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), eps=adam_eps,
+                                           weight_decay=weight_decay)
         self.max_tokens = int(max_tokens_per_micro_batch)
         self.bf16 = bf16
         self.kl_coef = kl_coef
@@ -115,6 +117,7 @@ class MegatronLearner:
         """From the run config (experiments/conf/learner/megatron.yaml)."""
         lc = cfg.learner
         return cls(str(cfg.model.path), lr=float(lc.lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
+                   adam_eps=float(lc.adam_eps),
                    max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=bool(lc.bf16),
                    gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
                    seed=int(cfg.seed), tensor_model_parallel_size=int(lc.tensor_model_parallel_size),

@@ -77,6 +77,7 @@ class TorchLearner:
         lr: float = 1e-5,
         betas: tuple[float, float] = (0.9, 0.98),
         weight_decay: float = 0.1,
+        adam_eps: float = 1e-8,
         max_tokens_per_micro_batch: int = 8192,
         bf16: bool = False,
         gradient_checkpointing: bool = False,
@@ -99,7 +100,8 @@ class TorchLearner:
         if kl_coef > 0:
             self.ref_model, _ = load_model(model_name_or_path, dtype="bfloat16" if bf16 else "float32", seed=seed)
             self.ref_model.to(self.device).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), eps=adam_eps,
+                                           weight_decay=weight_decay)
         self.max_tokens = int(max_tokens_per_micro_batch)
         self.bf16 = bf16
         self.kl_coef = kl_coef
