@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-from agent.policy.models import load_model, save_model
+from agent.policy.models import learner_bf16, load_model, save_model
 from learner.loss import EPS_HIGH, EPS_LOW, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
 from learner.mcore.model import (build_gpt, clip_grad_norm, gather_whole, init_parallel, loss_logits, on_device, ranks,
@@ -118,7 +118,7 @@ class MegatronLearner:
         lc = cfg.learner
         return cls(str(cfg.model.path), lr=float(lc.lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
                    adam_eps=float(lc.adam_eps),
-                   max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=bool(lc.bf16),
+                   max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=learner_bf16(lc.bf16, str(cfg.model.dtype)),
                    gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
                    seed=int(cfg.seed), tensor_model_parallel_size=int(lc.tensor_model_parallel_size),
                    pipeline_model_parallel_size=int(lc.pipeline_model_parallel_size),
