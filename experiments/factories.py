@@ -320,6 +320,7 @@ def _build_learner(cfg: DictConfig) -> Any:
                             max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch),
                             bf16=learner_bf16(lc.bf16, str(cfg.model.dtype)),
                             gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
+                            old_logprobs=str(lc.old_logprobs), tis_cap=None if lc.tis_cap is None else float(lc.tis_cap),
                             seed=int(cfg.seed))
     if name == "megatron":
         from learner.megatron_learner import MegatronLearner

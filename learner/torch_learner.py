@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from agent.policy.models import load_model, save_model
-from learner.loss import EPS_HIGH, EPS_LOW, logprobs_and_entropy, ppo_loss
+from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
 from learner.samples import Sample
 
 
@@ -85,6 +85,8 @@ class TorchLearner:
         eps_low: float = EPS_LOW,
         eps_high: float = EPS_HIGH,
         max_grad_norm: float | None = 1.0,
+        old_logprobs: str = "rollout",
+        tis_cap: float | None = None,
         seed: int = 0,
         device: str | None = None,
     ) -> None:
@@ -107,6 +109,7 @@ class TorchLearner:
         self.kl_coef = kl_coef
         self.eps_low, self.eps_high = eps_low, eps_high
         self.max_grad_norm = max_grad_norm
+        self.old_logprobs, self.tis_cap = check_old_logprobs(old_logprobs), tis_cap
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.step = 0
 
@@ -152,10 +155,12 @@ class TorchLearner:
                     with torch.no_grad():
                         ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
             logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
+            old, tis, mismatch = behaviour(logp, batch.old, self.old_logprobs, self.tis_cap)
             loss, stats = ppo_loss(
-                logp, batch.old, batch.adv, torch.ones_like(logp), batch.rows, len(samples),
-                self.eps_low, self.eps_high, ref, self.kl_coef, entropy,
+                logp, old, batch.adv, torch.ones_like(logp), batch.rows, len(samples),
+                self.eps_low, self.eps_high, ref, self.kl_coef, entropy, tis,
             )
+            stats.update(mismatch)
             loss.backward()
             total_loss += float(loss.detach())
             all_stats.append(stats)
@@ -205,10 +210,13 @@ def trainable(samples: list[Sample]) -> list[Sample]:
 
 def step_metrics(stats: list[dict[str, float]], loss: float, grad_norm: float, tokens: int, n_samples: int,
                  t0: float) -> dict[str, float]:
-    """A train step's figures from its micro-batches' ppo_loss stats (means weighted by loss tokens)."""
+    """A train step's figures from its micro-batches' stats: means weighted by loss tokens, the
+    largest of `*_max` figures."""
     elapsed = time.perf_counter() - t0
     loss_tokens = sum(st["tokens"] for st in stats)
-    metrics = {k: sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0) for k in stats[0] if k != "tokens"}
+    metrics = {k: (max(st[k] for st in stats) if k.endswith("_max") else
+                   sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0))
+               for k in stats[0] if k != "tokens"}
     metrics.update(
         loss=loss,
         grad_norm=grad_norm,
