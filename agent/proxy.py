@@ -48,8 +48,9 @@ version that sampled it.
 Streaming is emulated: a PolicyClient returns whole results, so the reply is sent as SSE chunks
 once sampled. Non-streamed answers carry `Server-Timing: policy;dur=..,proxy;dur=..` (ms).
 
-`python -m agent.proxy --policy-url URL --model NAME --port N --api-key KEY [--record-dir DIR]`, or
-`--engine-port M` instead of --policy-url to run the embedded engine in the proxy's process.
+`python -m agent.proxy --policy-url URL --model NAME --port N --api-key KEY [--record-dir DIR] [--policy-api-key K]`, or
+`--engine-port M` instead of --policy-url to run the embedded engine in the proxy's process (its SGLang routes
+take the proxy's key; `--weights-dir DIR` lets them load weights from DIR).
 """
 from __future__ import annotations
 
