@@ -226,7 +226,7 @@ def test_a_training_run_survives_its_launched_server_dying(tmp_path):
 def test_a_run_attached_to_a_server_that_dies_stops_with_one_line(tmp_path):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "agent.policy.server", "--model", "tiny", "--dtype", "float32",
-                               "--port", str(port), "--api-key", KEY], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               "--port", str(port), "--api-key", KEY, "--weights-dir", str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
         p, lines = start_run(*RUN, f"policy.url=http://127.0.0.1:{port}", f"policy.api_key={KEY}",
