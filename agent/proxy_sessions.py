@@ -10,7 +10,13 @@ says why.
 
 Finished turns go to `TurnSink`: one JSONL file per policy version (appended, never
 truncated, so history survives weight updates) and either an `on_turn` callback or a buffer
-that `turns()` iterates from any event loop.
+that `turns()` iterates from any event loop. A finished turn is never dropped: content JSON
+cannot encode (a lone surrogate, an object) is escaped with a warning, a record that cannot be
+written (a disk error) is logged and the turn still goes to the consumer, and a failure while
+closing one session never stops the others (the TTL sweep and shutdown go on to the next).
+
+Opted-out sessions (`SessionBook.opt_out`) are served but never recorded; their ids are
+remembered (the last OPTED_OUT_KEPT of them) so a request after their expiry is not recorded either.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from envs.base import NextState
 log = logging.getLogger(__name__)
 
 NEXT_STATE_KINDS = {"user": "user_reply", "tool": "tool_result"}
+OPTED_OUT_KEPT = 100_000
 
 
 def no_next_state() -> NextState:
@@ -44,6 +51,38 @@ def next_state_of(message: dict[str, Any]) -> NextState | None:
         return None
     data = {k: message[k] for k in ("tool_call_id", "name") if message.get(k)}
     return NextState(role=message["role"], content=message.get("content") or "", kind=kind, data=data)
+
+
+def _plain(x: Any, depth: int = 0) -> Any:
+    """`x` as JSON can always hold it: strings made UTF-8-encodable (a lone surrogate becomes its
+    \\udXXX escape), other objects by their repr, nesting (and so any cycle) cut at 64 levels."""
+    if isinstance(x, str):
+        return x.encode("utf-8", "backslashreplace").decode("utf-8")
+    if x is None or isinstance(x, (bool, int, float)):
+        return x
+    if depth > 64:
+        return "<nested too deeply>"
+    if isinstance(x, dict):
+        return {k if isinstance(k, (int, float, bool)) or k is None else _plain(str(k)): _plain(v, depth + 1)
+                for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v, depth + 1) for v in x]
+    return _plain(repr(x))
+
+
+def record_line(turn: Turn) -> str:
+    """The turn's JSONL line; never fails on content: what JSON or UTF-8 cannot hold is escaped."""
+    try:
+        line = json.dumps(turn.to_json(), ensure_ascii=False)
+        line.encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError) as e:
+        log.warning("turn %s step %d: unencodable content escaped in its record (%s)", turn.episode_id,
+                    turn.step_index, str(e)[:200])
+        d = {f.name: getattr(turn, f.name) for f in dataclasses.fields(turn)}  # no deep copy: it may be cyclic
+        ns = turn.next_state
+        d["next_state"] = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ns)} if ns is not None else None
+        line = json.dumps(_plain(d), ensure_ascii=False)
+    return line + "\n"
 
 
 class TurnSink:
@@ -69,10 +108,18 @@ class TurnSink:
             if self.record_dir is not None:
                 f = self._files.get(turn.policy_version)
                 if f is None:
-                    f = self._files[turn.policy_version] = open(self.record_path(turn.policy_version), "a",
-                                                                encoding="utf-8")
-                f.write(json.dumps(turn.to_json(), ensure_ascii=False) + "\n")
-                f.flush()
+                    try:
+                        f = self._files[turn.policy_version] = open(self.record_path(turn.policy_version), "a",
+                                                                    encoding="utf-8")
+                    except OSError:
+                        log.exception("could not open %s", self.record_path(turn.policy_version))
+                try:
+                    if f is None:
+                        raise OSError(f"{self.record_path(turn.policy_version)} is not open")
+                    f.write(record_line(turn))
+                    f.flush()
+                except OSError:  # the disk, not the content: the consumer still gets the turn
+                    log.exception("could not write the record of %s step %d", turn.episode_id, turn.step_index)
         if self.on_turn is not None:
             try:
                 self.on_turn(turn)
@@ -133,6 +180,7 @@ class Session:
     steps: int = 0
     pending: Turn | None = None
     touched: float = dataclasses.field(default_factory=time.monotonic)
+    train: bool = True  # False: opted out, nothing of it is recorded
 
 
 class SessionBook:
@@ -144,19 +192,29 @@ class SessionBook:
         self.sink = sink
         self.ttl_s = ttl_s
         self.sessions: dict[str, Session] = {}
+        self.opted_out: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     def get(self, session_id: str) -> Session:
         s = self.sessions.get(session_id)
         if s is None:
             # A fresh episode id per incarnation: an id reused after done/expiry starts a new episode.
-            s = self.sessions[session_id] = Session(session_id, f"{session_id}#{uuid.uuid4().hex[:8]}")
+            s = self.sessions[session_id] = Session(session_id, f"{session_id}#{uuid.uuid4().hex[:8]}",
+                                                    train=session_id not in self.opted_out)
         s.touched = time.monotonic()
         return s
+
+    def opt_out(self, s: Session) -> None:
+        """Nothing of this session is recorded from now on; its pending turn is dropped unrecorded."""
+        s.train, s.pending = False, None
+        self.opted_out[s.session_id] = None
+        self.opted_out.move_to_end(s.session_id)
+        while len(self.opted_out) > OPTED_OUT_KEPT:
+            self.opted_out.popitem(last=False)
 
     def close_pending(self, s: Session, next_state: NextState | None, closed: str, done: bool = False) -> None:
         """Give the pending turn its next state (None: it has none) and hand it on."""
         turn, s.pending = s.pending, None
-        if turn is None:
+        if turn is None or not s.train:
             return
         turn.next_state = next_state if next_state is not None else no_next_state()
         turn.episode_done = done
@@ -179,10 +237,18 @@ class SessionBook:
         """Close sessions idle longer than the TTL (their pending turn without next state)."""
         now = time.monotonic() if now is None else now
         stale = [s for s in self.sessions.values() if not s.lock.locked() and now - s.touched > self.ttl_s]
-        for s in stale:
-            self.end(s, "expired")
+        self._end_each(stale, "expired")
         return len(stale)
 
     def end_all(self, closed: str) -> None:
-        for s in list(self.sessions.values()):
-            self.end(s, closed)
+        self._end_each(list(self.sessions.values()), closed)
+
+    def _end_each(self, sessions: list[Session], closed: str) -> None:
+        """End each session; one that fails is logged and forgotten, the others still end."""
+        for s in sessions:
+            try:
+                self.end(s, closed)
+            except Exception:
+                log.exception("closing session %s failed", s.session_id)
+                if self.sessions.get(s.session_id) is s:
+                    del self.sessions[s.session_id]

@@ -198,8 +198,9 @@ def build_policy(cfg: DictConfig) -> Policy:
         from agent.policy.sglang_client import SGLangClient
 
         engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
-        server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port))
-        client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s))
+        # a random key shared in-process; weights load only from this run's directory
+        server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port), weights_dirs=[str(cfg.run_dir)])
+        client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s), api_key=server.api_key)
         return _model_policy(cfg, name, client, engine.tokenizer, [engine.close, server.stop, client.aclose])
     if name == "sglang":
         from agent.policy.sglang_launch import connect_or_launch
@@ -236,7 +237,8 @@ def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Poli
     key = new_api_key()
     rollouts: ProxyRollouts | None = None
     proxy = Proxy(policy.client.url, policy.tokenizer, str(cfg.model.path), key, record_dir=Path(cfg.run_dir) / "proxy",
-                  on_turn=lambda turn: rollouts.from_proxy(turn), max_tokens=int(cfg.sampling.max_new_tokens))
+                  on_turn=lambda turn: rollouts.from_proxy(turn), max_tokens=int(cfg.sampling.max_new_tokens),
+                  policy_api_key=getattr(policy.client, "api_key", None))
     proxy.start()
     closers.append(proxy.stop)
     link = ProxyLink(proxy.url, key, str(cfg.model.path), float(cfg.timeouts.step_s), int(cfg.n_envs) + 8)
@@ -266,7 +268,7 @@ def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: lis
     from agent.policy.chat_client import ChatClient
 
     uc = cfg.env.user_llm
-    url = uc.get("url")
+    url, key = uc.get("url"), uc.get("api_key")
     if not url:
         from agent.policy.engine import Engine
         from agent.policy.server import serve
@@ -274,8 +276,8 @@ def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: lis
         engine = Engine(str(uc.model), dtype=str(cfg.model.dtype), seed=int(cfg.seed) + 2)
         server = serve(engine, host="127.0.0.1", port=0)
         closers += [engine.close, server.stop]
-        url = server.url
-    client = ChatClient(str(url), model=str(uc.model), api_key=uc.get("api_key"), timeout=float(cfg.timeouts.step_s))
+        url, key = server.url, server.api_key
+    client = ChatClient(str(url), model=str(uc.model), api_key=key, timeout=float(cfg.timeouts.step_s))
     closers.append(client.aclose)
 
     def complete(messages: list[dict]) -> str:
@@ -336,7 +338,7 @@ def _build_judge(cfg: DictConfig, closers: list) -> Any:
     if name == "llm":
         from agent.policy.chat_client import ChatClient
 
-        url = cfg.judge.get("url")
+        url, key = cfg.judge.get("url"), cfg.judge.get("api_key")
         model = str(cfg.judge.model)
         if not url:  # an embedded engine on this machine serves the judge
             from agent.policy.engine import Engine
@@ -345,8 +347,8 @@ def _build_judge(cfg: DictConfig, closers: list) -> Any:
             engine = Engine(model, dtype=str(cfg.model.dtype), seed=int(cfg.seed) + 1)
             server = serve(engine, host="127.0.0.1", port=0)
             closers += [engine.close, server.stop]
-            url = server.url
-        client = ChatClient(str(url), model=model, api_key=cfg.judge.get("api_key"), timeout=float(cfg.timeouts.step_s))
+            url, key = server.url, server.api_key
+        client = ChatClient(str(url), model=model, api_key=key, timeout=float(cfg.timeouts.step_s))
         closers.append(client.aclose)
         return LLMJudge(client, m=int(cfg.judge.m), temperature=float(cfg.judge.temperature),
                         max_tokens=int(cfg.judge.max_tokens))
@@ -361,7 +363,8 @@ def _build_teacher(cfg: DictConfig, policy: Policy, closers: list) -> Any:
         if cfg.mode.get("teacher_url"):  # a server that holds them (on GPU hosts: the PRM's SGLang)
             from agent.policy.sglang_client import SGLangClient
 
-            client = SGLangClient(str(cfg.mode.teacher_url), timeout=float(cfg.timeouts.step_s))
+            client = SGLangClient(str(cfg.mode.teacher_url), timeout=float(cfg.timeouts.step_s),
+                                  api_key=cfg.mode.get("teacher_api_key"))
             closers.append(client.aclose)
             return client
         from agent.policy.engine import Engine

@@ -58,6 +58,11 @@ def _trainable(turn: Turn) -> str | None:
 
 
 def _sample(turn: Turn, advantages: list[float], mask: list[int], mode: str) -> Sample:
+    """Every sample is made here: response tokens that carry a user's secret or personal data
+    (`meta["private_tokens"]`, set by the live-user proxy) never get a loss."""
+    private = set((turn.meta or {}).get("private_tokens") or ())
+    if private:
+        mask = [0 if i in private else m for i, m in enumerate(mask)]
     meta = {
         "episode_id": turn.episode_id,
         "task_id": turn.task_id,

@@ -4,6 +4,7 @@ OpenAI chat completions, 400s for bad bodies."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -13,24 +14,33 @@ from agent.policy.base import PolicyClient, SamplingParams
 from agent.policy.chat_client import ChatClient
 from agent.policy.engine import Engine
 from agent.policy.jsonhttp import ServerError
-from agent.policy.models import load_model, save_model
+from agent.policy.models import load_model, save_model, tiny_model
 from agent.policy.server import serve
 from agent.policy.sglang_client import SGLangClient
 
 TOL = 1e-4  # fp32 CPU, see tests/test_engine.py
+KEY = "engine-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
-def server():
+def weights_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("run")
+
+
+@pytest.fixture(scope="module")
+def server(weights_root):
     engine = Engine("tiny", dtype="float32", seed=0, max_batch=8)
-    handle = serve(engine)
+    handle = serve(engine, api_key=KEY, weights_dirs=[weights_root])
     yield engine, handle.url
     handle.stop()
     engine.close()
 
 
-def post(url: str, path: str, body) -> httpx.Response:
-    return httpx.post(url + path, json=body, timeout=60)
+def post(url: str, path: str, body, key: str | None = KEY) -> httpx.Response:
+    """POST `body` as JSON (NaN and infinities written as Python writes them: a client may send them)."""
+    headers = {"content-type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    return httpx.post(url + path, content=json.dumps(body), timeout=60, headers=headers)
 
 
 def teacher_forced(model, ids: list[int], start: int) -> list[float]:
@@ -80,7 +90,7 @@ def test_sglang_client_generate_and_score_over_http(server):
     prompts = [engine.tokenizer("p" * (2 + 9 * i))["input_ids"] for i in range(5)]
 
     async def go():
-        async with SGLangClient(url, timeout=60) as client:
+        async with SGLangClient(url, timeout=60, api_key=KEY) as client:
             assert isinstance(client, PolicyClient) and await client.health()
             results = await asyncio.gather(*[client.generate(p, SamplingParams(max_new_tokens=10 + 3 * i, seed=i))
                                              for i, p in enumerate(prompts)])
@@ -95,7 +105,7 @@ def test_sglang_client_generate_and_score_over_http(server):
         assert max(abs(a - b) for a, b in zip(s, ref)) < TOL
 
 
-def test_bad_bodies_get_400_with_a_message(server):
+def test_bad_bodies_get_400_with_a_message(server, weights_root):
     _, url = server
     bad = [
         ({}, "exactly one"),
@@ -104,6 +114,8 @@ def test_bad_bodies_get_400_with_a_message(server):
         ({"input_ids": [10**7]}, "out of range"),
         ({"input_ids": []}, "empty"),
         ({"input_ids": [1], "sampling_params": {"temperature": -1}}, "temperature"),
+        ({"input_ids": [1], "sampling_params": {"temperature": float("nan")}}, "temperature"),
+        ({"input_ids": [1], "sampling_params": {"top_p": float("inf")}}, "top_p"),
         ({"input_ids": [1], "sampling_params": {"stop": ["x"]}}, "stop"),
         ({"input_ids": [1], "stream": True}, "stream"),
         ({"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 5}, "logprob_start_len"),
@@ -112,18 +124,49 @@ def test_bad_bodies_get_400_with_a_message(server):
         resp = post(url, "/generate", body)
         assert resp.status_code == 400, body
         assert words in resp.json()["error"]["message"], (body, resp.text)
-    resp = httpx.post(url + "/generate", content=b"{not json", headers={"content-type": "application/json"})
+    resp = httpx.post(url + "/generate", content=b"{not json", headers={"content-type": "application/json", **AUTH})
     assert resp.status_code == 400
     assert post(url, "/v1/chat/completions", {"messages": []}).status_code == 400
-    resp = post(url, "/update_weights_from_disk", {"model_path": "/no/such/folder"})
+    resp = post(url, "/update_weights_from_disk", {"model_path": str(weights_root / "no-such-folder")})
     assert resp.status_code == 400 and resp.json()["success"] is False and "safetensors" in resp.json()["message"]
 
     async def client_error():
-        async with SGLangClient(url) as client:
+        async with SGLangClient(url, api_key=KEY) as client:
             with pytest.raises(ServerError, match="out of range"):
                 await client.generate([10**7], SamplingParams())
 
     asyncio.run(client_error())
+
+
+def test_unauthenticated_weight_swap_is_refused(server, weights_root, tmp_path):
+    """The attack: swap the served weights for zeros through the engine's own routes. Without the
+    key nothing but /health answers; with it, weights load only from the allowed folder."""
+    engine, url = server
+    zeros, tok = tiny_model(seed=0)
+    with torch.no_grad():
+        for param in zeros.parameters():
+            param.zero_()
+    save_model(zeros, tok, weights_root / "zeros")  # inside the allowed folder: only the key stops it
+    save_model(zeros, tok, tmp_path / "zeros")      # outside it
+    (weights_root / "link").symlink_to(tmp_path / "zeros")  # inside by name, outside in fact
+    ids = tok("probe the weights")["input_ids"]
+    before, version = teacher_forced(engine.model, ids, 1), engine.weight_version
+
+    for key in (None, "wrong-key"):
+        assert post(url, "/update_weights_from_disk", {"model_path": str(weights_root / "zeros")}, key).status_code == 401
+        assert post(url, "/generate", {"input_ids": ids}, key).status_code == 401
+        assert post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, key).status_code == 401
+    assert httpx.get(url + "/get_model_info").status_code == 401
+    assert httpx.get(url + "/health").status_code == 200  # the one open route: a supervisor's probe
+    for outside in (tmp_path / "zeros", weights_root / "link", weights_root / ".." / "elsewhere"):
+        resp = post(url, "/update_weights_from_disk", {"model_path": str(outside)})
+        message = resp.json()["message"]
+        assert resp.status_code == 403 and resp.json()["success"] is False, resp.text
+        assert "allowed folders" in message and "\n" not in message
+    for page in ("/docs", "/redoc", "/openapi.json"):
+        assert httpx.get(url + page, headers=AUTH).status_code == 404
+    assert engine.weight_version == version
+    assert teacher_forced(engine.model, ids, 1) == before  # still the served weights, not zeros
 
 
 def test_non_utf8_bytes_survive_json(server):
@@ -134,12 +177,12 @@ def test_non_utf8_bytes_survive_json(server):
 
 def test_openai_chat_completions_and_models(server):
     engine, url = server
-    assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == "tiny"
-    info = httpx.get(url + "/get_model_info").json()
+    assert httpx.get(url + "/v1/models", headers=AUTH).json()["data"][0]["id"] == "tiny"
+    info = httpx.get(url + "/get_model_info", headers=AUTH).json()
     assert info["is_generation"] and info["weight_version"] == str(engine.weight_version)
 
     async def go():
-        async with ChatClient(url + "/v1", model="tiny") as chat:
+        async with ChatClient(url + "/v1", model="tiny", api_key=KEY) as chat:
             return await chat.complete([{"role": "user", "content": "hi"}], temperature=1.0, max_tokens=5, n=3)
 
     texts = asyncio.run(go())
@@ -157,11 +200,11 @@ def test_weight_update_over_http_under_load(tmp_path):
     new_model, tok = load_model("tiny", dtype="float32", seed=1)
     save_model(new_model, tok, tmp_path / "ckpt")
     engine = Engine("tiny", dtype="float32", seed=0, max_batch=4)
-    handle = serve(engine)
+    handle = serve(engine, weights_dirs=[tmp_path])
     prompt = tok("weights")["input_ids"]
 
     async def go():
-        async with SGLangClient(handle.url, timeout=60) as client:
+        async with SGLangClient(handle.url, timeout=60, api_key=handle.api_key) as client:
             sp = SamplingParams(max_new_tokens=30)
             first = [asyncio.create_task(client.generate(prompt, sp)) for _ in range(6)]
             await asyncio.sleep(0.05)

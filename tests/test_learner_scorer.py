@@ -144,7 +144,7 @@ def engine_url():
     engine = Engine("tiny", dtype="float32", seed=0)
     handle = serve(engine)
     try:
-        yield engine, handle.url
+        yield engine, handle
     finally:
         handle.stop()
         engine.close()
@@ -160,11 +160,11 @@ async def rollout_turn(client: SGLangClient, renderer: ChatRenderer, next_state:
 
 
 def test_teacher_alignment_empty_hint_gives_zero_opd_advantage(engine_url):
-    engine, url = engine_url
+    engine, server = engine_url
     renderer = ChatRenderer(engine.tokenizer)
 
     async def go():
-        async with SGLangClient(url) as client:
+        async with SGLangClient(server.url, api_key=server.api_key) as client:
             scorer = NextStateScorer(RulesJudge(), client, renderer, mode="opd")
             turn = await rollout_turn(client, renderer, NextState("user", "ok", "user_reply", {}))
             return turn, await scorer.teacher_logprobs(turn, "")
@@ -178,12 +178,12 @@ def test_teacher_alignment_empty_hint_gives_zero_opd_advantage(engine_url):
 
 
 def test_rules_hint_conditions_the_teacher(engine_url):
-    engine, url = engine_url
+    engine, server = engine_url
     renderer = ChatRenderer(engine.tokenizer)
     ns = NextState("user", "not like that", "user_reply", {"verdict": -1, "hint": HINT})
 
     async def go():
-        async with SGLangClient(url) as client:
+        async with SGLangClient(server.url, api_key=server.api_key) as client:
             scorer = NextStateScorer(RulesJudge(), client, renderer, mode="combine")
             turn = await rollout_turn(client, renderer, ns)
             await scorer.score(turn)

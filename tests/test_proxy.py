@@ -36,9 +36,9 @@ def stack(tmp_path_factory):
     engine = Engine("tiny", dtype="float32", seed=0, max_batch=16)
     handle = serve(engine)
     records = tmp_path_factory.mktemp("records")
-    proxy = Proxy(handle.url, engine.tokenizer, "tiny", KEY, record_dir=records).start()
+    proxy = Proxy(handle.url, engine.tokenizer, "tiny", KEY, record_dir=records, policy_api_key=handle.api_key).start()
     try:
-        yield engine, handle.url, proxy, records
+        yield engine, handle, proxy, records
     finally:
         proxy.stop()
         handle.stop()
@@ -288,8 +288,8 @@ def test_request_without_session_is_a_session_of_its_own(stack):
 
 
 def test_pending_turn_expires_after_ttl(stack):
-    engine, url, _, _ = stack
-    with Proxy(url, engine.tokenizer, "tiny", KEY, ttl_s=0.3) as proxy:
+    engine, policy, _, _ = stack
+    with Proxy(policy.url, engine.tokenizer, "tiny", KEY, ttl_s=0.3, policy_api_key=policy.api_key) as proxy:
         async def go():
             c = client(proxy)
             consumer = asyncio.create_task(collect(proxy, 1, "ttl-", timeout_s=20))
@@ -312,6 +312,208 @@ def test_pending_turn_expires_after_ttl(stack):
     assert expired.meta["closed"] == "expired" and expired.next_state.kind == "none" and expired.episode_done
     assert 0.1 < waited < 10
     assert later.episode_id != expired.episode_id and later.step_index == 0
+
+
+def raw_chat(proxy: Proxy, content: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
+    """A chat request with a body written by hand (what no well-behaved client would send)."""
+    return httpx.post(proxy.url + "/v1/chat/completions", content=content, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}", "content-type": "application/json", **(headers or {})})
+
+
+def test_a_50mb_body_is_refused_at_once_and_the_proxy_serves_on(stack):
+    """The attack: a 50 MB body used to block the event loop for 87 s. Refused from its
+    Content-Length, or as its chunks pass the limit, without reading the rest."""
+    _, _, proxy, _ = stack
+    big = b"x" * (50 << 20)
+    t0 = time.monotonic()
+    resp = raw_chat(proxy, big)
+    sized = time.monotonic() - t0
+
+    def chunks():
+        for _ in range(50):
+            yield b"x" * (1 << 20)
+
+    t0 = time.monotonic()
+    chunked = httpx.post(proxy.url + "/v1/chat/completions", content=chunks(), timeout=60,
+                         headers={"Authorization": f"Bearer {KEY}"})
+    streamed = time.monotonic() - t0
+    for r in (resp, chunked):
+        assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
+        assert "limit" in r.json()["error"]["message"]
+    assert sized < 1.0 and streamed < 1.0, (sized, streamed)
+    ok = raw_chat(proxy, json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}))
+    assert ok.status_code == 200 and ok.json()["object"] == "chat.completion"
+
+
+def test_unencodable_text_and_bad_sampling_values_get_400(stack):
+    _, _, proxy, _ = stack
+    hi = [{"role": "user", "content": "hi"}]
+    bad = {
+        "lone surrogate in a message": '{"messages": [{"role": "user", "content": "a\\ud800b"}]}',
+        "lone surrogate in a tool": json.dumps({"messages": hi, "tools": [{"type": "function", "function": {
+            "name": "x", "description": "PLACEHOLDER"}}]}).replace("PLACEHOLDER", "\\udfff"),
+        "lone surrogate in a key": '{"messages": [{"role": "user", "content": "hi", "\\ud83d": 1}]}',
+        "bytes that are not UTF-8": b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}',
+        "temperature NaN": '{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+        "temperature inf": '{"messages": [{"role": "user", "content": "hi"}], "temperature": Infinity}',
+        "top_p 1e400": '{"messages": [{"role": "user", "content": "hi"}], "top_p": 1e400}',
+        "nested too deeply": '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    }
+    for kwargs in ({"temperature": -0.5}, {"temperature": 2.5}, {"top_p": 0}, {"top_p": 1.5}, {"max_tokens": 0},
+                   {"max_tokens": 10**9}, {"max_tokens": 2**70}, {"n": 2}, {"seed": 2**64}):
+        bad[str(kwargs)] = json.dumps({"messages": hi, **kwargs})
+    for what, body in bad.items():
+        resp = raw_chat(proxy, body)
+        assert resp.status_code == 400, (what, resp.text)
+        err = resp.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["message"] and "\n" not in err["message"], what
+    assert raw_chat(proxy, json.dumps({"messages": hi, "max_tokens": 2}), {"X-Train": "maybe"}).status_code == 400
+    end = httpx.post(proxy.url + "/v1/sessions/x/end", content='{"message": {"role": "user", "content": "\\ud800"}}',
+                     headers={"Authorization": f"Bearer {KEY}"})
+    assert end.status_code == 400
+    assert raw_chat(proxy, json.dumps({"messages": hi, "max_tokens": 2})).status_code == 200
+    for page in ("/docs", "/redoc", "/openapi.json"):
+        assert httpx.get(proxy.url + page).status_code == 404
+
+
+def test_opted_out_requests_and_sessions_leave_no_record(stack):
+    _, _, proxy, records = stack
+
+    async def go():
+        c = client(proxy)
+        consumer = asyncio.create_task(collect(proxy, 3, "optout-"))
+
+        async def ask(session: str, text: str, **h: str) -> str:
+            r = await c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}],
+                                                max_tokens=MAX_TOKENS, extra_headers={"X-Session-Id": session, **h})
+            return r.choices[0].message.content
+
+        assert await ask("optout-req", "recorded one") is not None
+        assert await ask("optout-req", "do not keep this", **{"X-Train": "false"}) is not None  # served
+        await ask("optout-req", "recorded two", **{"X-Session-Done": "1"})
+        await ask("optout-sess", "my diary", **{"X-Session-Train": "false"})
+        await ask("optout-sess", "still my diary")  # the session's flag holds without the header
+        await ask("optout-sess", "the end", **{"X-Session-Done": "1"})
+        await ask("optout-sess", "after the end: the id stays opted out", **{"X-Session-Done": "1"})
+        await ask("optout-zmarker", "last", **{"X-Session-Done": "1"})
+        turns = await consumer
+        await c.close()
+        return turns
+
+    turns = asyncio.run(go())
+    by_session = {}
+    for t in turns:
+        by_session.setdefault(t.meta["session_id"], []).append(t)
+    assert set(by_session) == {"optout-req", "optout-zmarker"}
+    first, second = sorted(by_session["optout-req"], key=lambda t: t.step_index)
+    assert first.meta["closed"] == "next_request_not_recorded" and first.next_state.kind == "none"
+    assert second.step_index == 1 and second.messages[-1]["content"] == "recorded two"
+    text = "".join(f.read_text() for f in records.glob("turns-v*.jsonl"))
+    assert "optout-sess" not in text and "diary" not in text and "do not keep this" not in text
+
+
+class EchoPolicy:
+    """A policy that replies with a fixed text: the stand-in for a model that repeats what the
+    user gave it (the tiny random model cannot be made to). Real token ids of the real tokenizer."""
+
+    def __init__(self, tokenizer, reply: str) -> None:
+        self.ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+    async def generate(self, input_ids, sampling):
+        from agent.policy.base import GenerateResult
+        return GenerateResult(output_ids=list(self.ids), logprobs=[-0.5] * len(self.ids), finish_reason="stop")
+
+    async def health(self) -> bool:
+        return True
+
+
+def test_secrets_and_personal_data_never_reach_the_records_or_the_loss(tmp_path):
+    from agent.policy.models import byte_tokenizer
+    from learner.advantages import build_samples
+
+    tok = byte_tokenizer()
+    email, key, card, phone = "jane.doe@example.org", "sk-proj-Abc123Def456Ghi789Jkl", "4111 1111 1111 1111", "(415) 555-2671"
+    reply = f"Noted: {email}, card {card}; I will keep {key} safe."
+    renderer = ChatRenderer(tok)
+    with Proxy(EchoPolicy(tok, reply), tok, "tiny", KEY, record_dir=tmp_path) as proxy:
+        async def go():
+            c = client(proxy)
+            consumer = asyncio.create_task(collect(proxy, 2, "pii-"))
+            first = [{"role": "user", "content": f"I am {email}, card {card}, my key is {key}"}]
+            r = await c.chat.completions.create(model="tiny", messages=first, extra_headers=headers("pii-a"))
+            assert r.choices[0].message.content == reply  # the user is served the real reply
+            second = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": f"call {phone}"}]
+            await c.chat.completions.create(model="tiny", messages=second, extra_headers=headers("pii-a", done=True))
+            turns = await consumer
+            await c.close()
+            return sorted(turns, key=lambda t: t.step_index)
+
+        turn, _ = asyncio.run(go())
+    written = "".join(f.read_text() for f in tmp_path.glob("turns-v*.jsonl"))
+    for value in (email, key, card, phone, "4111"):
+        assert value not in written
+    assert "[REDACTED:email]" in turn.messages[0]["content"] and "[REDACTED:secret]" in turn.action
+    assert turn.next_state.content == "call [REDACTED:phone]"
+    assert turn.response_ids == EchoPolicy(tok, reply).ids  # the sampler's ids, exact
+    masked = turn.meta["private_tokens"]
+    taken = "".join(renderer.decode([turn.response_ids[i]]) for i in masked)
+    assert taken == email + card + key  # exactly the tokens that carry them
+    turn.prm = {"score": 1}
+    sample, = build_samples([turn], "binary")[0]
+    assert [i for i, m in enumerate(sample.loss_mask) if not m] == masked
+    assert sum(sample.loss_mask) == len(turn.response_ids) - len(masked) > 0
+
+
+def test_an_unencodable_field_or_a_failing_session_never_loses_turns(tmp_path, caplog):
+    """The faults: content JSON/UTF-8 cannot hold used to make TurnSink.put raise, which dropped
+    the turn and killed the TTL sweeper, so later sessions never expired."""
+    from agent.proxy_sessions import SessionBook, TurnSink
+
+    sink = TurnSink(tmp_path)
+    book = SessionBook(sink, ttl_s=1.0)
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    for sid, text, meta in (("bad", "a\ud800b", {"odd": {1, 2}, "cyclic": cyclic}), ("good", "fine", {})):
+        s = book.get(sid)
+        book.add(s, Turn(episode_id=s.episode_id, task_id="live", group_id="g", step_index=0, policy_version=0,
+                         prompt_ids=[1], response_ids=[2], rollout_logprobs=[-0.1], action=text, next_state=None,
+                         status="ok", messages=[{"role": "user", "content": text}], meta={"session_id": sid, **meta}))
+    assert book.expire(now=time.monotonic() + 10) == 2 and not book.sessions
+    sink.close()
+    lines = (tmp_path / "turns-v0.jsonl").read_bytes().decode("utf-8").splitlines()  # valid UTF-8 throughout
+    got = {r["meta"]["session_id"]: r for r in map(json.loads, lines)}
+    assert set(got) == {"bad", "good"} and got["bad"]["action"] == "a\\ud800b" and got["good"]["action"] == "fine"
+    assert "unencodable content escaped" in caplog.text
+
+    # A record that cannot be written at all (here: the file is a directory) is logged; the turn
+    # still reaches the consumer, the sweeper keeps expiring later sessions, and stop() closes the rest.
+    broken = tmp_path / "broken"
+    (broken / "turns-v0.jsonl").mkdir(parents=True)
+    engine = Engine("tiny", dtype="float32", seed=0)
+    try:
+        with Proxy(engine, engine.tokenizer, "tiny", KEY, record_dir=broken, ttl_s=0.3) as proxy:
+            async def go():
+                c = client(proxy)
+                consumer = asyncio.create_task(collect(proxy, 4, "fault-", timeout_s=60))
+                for sid in ("fault-a", "fault-b"):  # expires, its record fails; then the next one must expire too
+                    await c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                    max_tokens=2, extra_headers=headers(sid))
+                    await asyncio.sleep(1.0)
+                proxy.book.ttl_s = 600.0  # the last two stay pending until stop()
+                for sid in ("fault-c", "fault-d"):
+                    await c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                    max_tokens=2, extra_headers=headers(sid))
+                await c.close()
+                await asyncio.to_thread(proxy.stop)
+                return await consumer
+
+            turns = asyncio.run(go())
+    finally:
+        engine.close()
+    closed = {t.meta["session_id"]: t.meta["closed"] for t in turns}
+    assert closed == {"fault-a": "expired", "fault-b": "expired", "fault-c": "proxy_stopped",
+                      "fault-d": "proxy_stopped"}
+    assert "could not open" in caplog.text
 
 
 def test_request_during_weight_swap_is_served_with_new_version(stack, tmp_path):
@@ -356,9 +558,10 @@ def test_request_during_weight_swap_is_served_with_new_version(stack, tmp_path):
 
 @pytest.mark.slow
 def test_command_line_proxy_records_and_closes_pending_on_stop(stack, tmp_path):
-    _, url, _, _ = stack
-    proc = subprocess.Popen([sys.executable, "-m", "agent.proxy", "--policy-url", url, "--model", "tiny",
-                             "--port", "0", "--api-key", KEY, "--record-dir", str(tmp_path)],
+    _, policy, _, _ = stack
+    proc = subprocess.Popen([sys.executable, "-m", "agent.proxy", "--policy-url", policy.url, "--model", "tiny",
+                             "--port", "0", "--api-key", KEY, "--record-dir", str(tmp_path),
+                             "--policy-api-key", policy.api_key],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()

@@ -27,12 +27,13 @@ from agent.policy.sglang_launch import connect_or_launch, hf_folder, launch_comm
 from tests.test_run_cli import REPO, run_cli
 
 log = logging.getLogger(__name__)
+KEY = "sglang-test-key"  # what SGLang's --api-key would be
 
 
 @pytest.fixture(scope="module")
 def server():
     engine = Engine("tiny", dtype="float32", seed=0)
-    handle = serve(engine)
+    handle = serve(engine, api_key=KEY)
     yield handle
     handle.stop()
     engine.close()
@@ -40,7 +41,7 @@ def server():
 
 def test_attach_runs_rollouts_through_the_sglang_client(tmp_path, server):
     p = run_cli("env=custom", "env.entry_point=tests.toy_envs:FirstCharEnv", "model=tiny", "policy=sglang", "mode=eval",
-                f"policy.url={server.url}", "steps=1", "tasks_per_step=2", "group_size=2", "sampling.max_new_tokens=4",
+                f"policy.url={server.url}", f"policy.api_key={KEY}", "steps=1", "tasks_per_step=2", "group_size=2", "sampling.max_new_tokens=4",
                 f"run_dir={tmp_path}")
     assert p.returncode == 0, p.stderr[-2000:]
     turns = [json.loads(line) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
@@ -61,6 +62,8 @@ def test_launch_command_and_model_folder(tmp_path, monkeypatch):
     cmd = launch_command(folder, "127.0.0.1", 30000, ["--tp", "2"])
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
     assert cmd[cmd.index("--model-path") + 1] == str(folder) and cmd[-2:] == ["--tp", "2"]
+    keyed = launch_command(folder, "127.0.0.1", 30000, ["--tp", "2"], api_key="k")
+    assert keyed[-4:] == ["--api-key", "k", "--tp", "2"]  # SGLang's own flag: every request must carry the key
     with pytest.raises(FileNotFoundError):
         hf_folder(str(Path(tmp_path) / "nowhere"))
 
@@ -75,7 +78,7 @@ def test_launched_server_is_not_a_rank_of_torchruns_world(monkeypatch):
 
 # ---- health and restarts: a launched "SGLang" that is really the embedded engine's server --------
 ENGINE_SERVER = ["{python}", "-m", "agent.policy.server", "--model", "{model_path}", "--host", "{host}",
-                 "--port", "{port}", "--dtype", "float32"]
+                 "--port", "{port}", "--dtype", "float32", "--weights-dir", "{run_dir}"]
 
 
 def free_port() -> int:
@@ -144,7 +147,7 @@ def test_an_attached_server_that_dies_is_a_clear_error_not_a_hang():
     ids = engine.tokenizer("hello")["input_ids"]
 
     async def go():
-        async with SGLangClient(handle.url, timeout=30) as client:
+        async with SGLangClient(handle.url, timeout=30, api_key=handle.api_key) as client:
             await client.generate(ids, SamplingParams(max_new_tokens=2))
             handle.stop()
             t0 = time.monotonic()
@@ -223,10 +226,11 @@ def test_a_training_run_survives_its_launched_server_dying(tmp_path):
 def test_a_run_attached_to_a_server_that_dies_stops_with_one_line(tmp_path):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "agent.policy.server", "--model", "tiny", "--dtype", "float32",
-                               "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               "--port", str(port), "--api-key", KEY, "--weights-dir", str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        p, lines = start_run(*RUN, f"policy.url=http://127.0.0.1:{port}", "policy.launch_timeout_s=180", "steps=50",
+        p, lines = start_run(*RUN, f"policy.url=http://127.0.0.1:{port}", f"policy.api_key={KEY}",
+                             "policy.launch_timeout_s=180", "steps=50",
                              f"run_dir={tmp_path}")
         try:
             wait_rows(tmp_path / "metrics.jsonl", 1, p)
@@ -249,7 +253,8 @@ def test_frozen_teacher_served_by_a_server_scores_as_the_in_process_one(tmp_path
     from experiments.factories import _build_teacher
 
     closers: list = []
-    remote = _build_teacher(sglang_cfg(tmp_path, "mode=opd", f"mode.teacher_url={server.url}"), None, closers)
+    remote = _build_teacher(sglang_cfg(tmp_path, "mode=opd", f"mode.teacher_url={server.url}",
+                                       f"mode.teacher_api_key={KEY}"), None, closers)
     local = _build_teacher(sglang_cfg(tmp_path, "mode=opd"), None, closers)
     assert isinstance(remote, SGLangClient) and isinstance(local, Engine)
     ids = local.tokenizer("score this with a hint")["input_ids"]

@@ -27,7 +27,7 @@ def sglang_verdicts(items: list[dict], vocab_size: int) -> list[dict]:
     return json.loads(p.stdout)
 
 
-async def exchanges(engine: Engine, url: str, weights: str) -> list[tuple[str, str, dict | None, object]]:
+async def exchanges(engine: Engine, url: str, key: str, weights: str) -> list[tuple[str, str, dict | None, object]]:
     """(method, path, request body, answer) of every call SGLangClient makes, over real HTTP."""
     seen: list[tuple[str, str, dict | None, object]] = []
 
@@ -38,7 +38,7 @@ async def exchanges(engine: Engine, url: str, weights: str) -> list[tuple[str, s
 
     prompt = engine.tokenizer("check the schema")["input_ids"]
     eos = engine.tokenizer.eos_token_id
-    async with SGLangClient(url) as client:
+    async with SGLangClient(url, api_key=key) as client:
         client._http.event_hooks["response"].append(record)
         assert await client.health()
         await client.generate(prompt, SamplingParams(max_new_tokens=5))
@@ -55,9 +55,9 @@ async def exchanges(engine: Engine, url: str, weights: str) -> list[tuple[str, s
 def test_client_requests_and_answers_pass_sglang_schemas(tmp_path):
     engine = Engine("tiny", dtype="float32", seed=0)
     save_model(engine.model, engine.tokenizer, tmp_path / "w")
-    handle = serve(engine)
+    handle = serve(engine, weights_dirs=[tmp_path])
     try:
-        seen = asyncio.run(exchanges(engine, handle.url, str(tmp_path / "w")))
+        seen = asyncio.run(exchanges(engine, handle.url, handle.api_key, str(tmp_path / "w")))
     finally:
         handle.stop()
         engine.close()

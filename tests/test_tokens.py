@@ -29,7 +29,7 @@ def _rollouts(served, n: int, max_new_tokens: int = 12):
     renderer = ChatRenderer(engine.tokenizer)
 
     async def go():
-        client = SGLangClient(server.url)
+        client = SGLangClient(server.url, api_key=server.api_key)
         runner = Runner(lambda: ChatterEnv(max_turns=4), lambda j: ModelActor(
             client, renderer, SamplingParams(max_new_tokens=max_new_tokens, seed=j.seed), max_context=4096),
             n_envs=4, progress=False)
@@ -72,7 +72,7 @@ def test_context_limit_ends_episode_with_failure_outcome(served):
     renderer = ChatRenderer(engine.tokenizer)
 
     async def go():
-        client = SGLangClient(server.url)
+        client = SGLangClient(server.url, api_key=server.api_key)
         prompt_len = len(renderer.render_prompt(ChatterEnv().reset()[1]["messages"]))
         runner = Runner(lambda: ChatterEnv(max_turns=50), lambda j: ModelActor(
             client, renderer, SamplingParams(max_new_tokens=16), max_context=prompt_len + 60), n_envs=1, progress=False)

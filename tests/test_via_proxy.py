@@ -33,7 +33,7 @@ def test_episodes_through_the_proxy_train_on_its_records(tmp_path):
     server = serve(engine)
     key = new_api_key()
     rollouts: ProxyRollouts | None = None
-    proxy = Proxy(server.url, engine.tokenizer, "tiny", key, record_dir=tmp_path,
+    proxy = Proxy(server.url, engine.tokenizer, "tiny", key, record_dir=tmp_path, policy_api_key=server.api_key,
                   on_turn=lambda t: rollouts.from_proxy(t)).start()
     handed: list[Turn] = []
 

@@ -5,18 +5,28 @@ POST /generate, POST /update_weights_from_disk, GET /health, GET /get_model_info
 OpenAI-compatible: POST /v1/chat/completions (non-streaming), GET /v1/models, so the same engine
 can serve as an LLM judge or a simulated user. Bad bodies get 400 with {"error": {"message"}}.
 
-`python -m agent.policy.server --model tiny --port 30000` runs it standalone.
+Every route but GET /health needs `Authorization: Bearer <api_key>` (401 otherwise), as SGLang's
+`--api-key` does, so the same clients talk to both. `serve()` without a key makes a random one
+(`handle.api_key`) for the clients of its own process. Weights load only from folders inside
+`weights_dirs` (symlinks resolved; the run's own directory for a training run): any other path
+is refused with 403, and with none given every update is. /docs, /redoc and /openapi.json are
+served only with `docs=True`.
+
+`python -m agent.policy.server --model tiny --port 30000 --api-key KEY --weights-dir DIR` runs it
+standalone (the key may come from $OPENCLAW_POLICY_API_KEY).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import socket
 import threading
 import time
 import uuid
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Iterable, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -24,6 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.http_guard import RequireKey, new_key
 from agent.policy.base import SamplingParams
 from agent.policy.engine import Engine, EngineClosed, Output
 from agent.policy.engine import Request as EngineRequest
@@ -32,7 +43,7 @@ TOP_K_ALL = -1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SGLangSampling(_Strict):
@@ -77,7 +88,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI clients send many optional fields
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # OpenAI clients send many optional fields
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     temperature: float = Field(1.0, ge=0)
@@ -93,9 +104,19 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
 
 
-def create_app(engine: Engine, served_model_name: str | None = None) -> FastAPI:
-    app = FastAPI(title="openclaw embedded engine (SGLang-compatible)")
+def _inside(path: str, roots: list[Path]) -> bool:
+    real = Path(path).resolve()
+    return any(real == r or r in real.parents for r in roots)
+
+
+def create_app(engine: Engine, served_model_name: str | None = None, *, api_key: str,
+               weights_dirs: Iterable[str | Path] = (), docs: bool = False) -> FastAPI:
+    pages = {} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="openclaw embedded engine (SGLang-compatible)", **pages)
     name = served_model_name or engine.model_path
+    roots = [Path(d).resolve() for d in weights_dirs]
+
+    app.add_middleware(RequireKey, key=api_key, open=frozenset({("GET", "/health")}))
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -125,6 +146,11 @@ def create_app(engine: Engine, served_model_name: str | None = None) -> FastAPI:
 
     @app.post("/update_weights_from_disk")
     async def update_weights(body: UpdateWeightsBody) -> JSONResponse:
+        if not _inside(body.model_path, roots):
+            allowed = ", ".join(map(str, roots)) or "none: this server was started without weights dirs"
+            return JSONResponse({"success": False, "num_paused_requests": 0,
+                                 "message": f"weights load only from the allowed folders ({allowed}), "
+                                            f"not {body.model_path}"}, status_code=403)
         try:
             version = await engine.update_weights(body.model_path, body.weight_version)
         except (OSError, ValueError) as e:
@@ -200,6 +226,7 @@ class ServerHandle:
 
     def __init__(self, server: uvicorn.Server, thread: threading.Thread, url: str) -> None:
         self._server, self._thread, self.url = server, thread, url
+        self.api_key: str | None = None  # the Bearer key its clients send (serve() sets it)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._server.should_exit = True
@@ -216,14 +243,20 @@ class ServerHandle:
 
 
 def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
-          served_model_name: str | None = None) -> ServerHandle:
-    """Serve `engine` in a background thread; returns once the server accepts connections."""
-    return serve_app(create_app(engine, served_model_name), host, port, startup_timeout_s, "engine-http")
+          served_model_name: str | None = None, api_key: str | None = None,
+          weights_dirs: Iterable[str | Path] = (), docs: bool = False) -> ServerHandle:
+    """Serve `engine` in a background thread; returns once the server accepts connections.
+    Without `api_key` a random one is made; either way it is `handle.api_key`."""
+    key = api_key or new_key()
+    handle = serve_app(create_app(engine, served_model_name, api_key=key, weights_dirs=weights_dirs, docs=docs),
+                       host, port, startup_timeout_s, "engine-http")
+    handle.api_key = key
+    return handle
 
 
-def serve_app(app: FastAPI, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
+def serve_app(app: Any, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0,
               name: str = "http") -> ServerHandle:
-    """Serve any ASGI app in a background thread; returns once the server accepts connections."""
+    """Serve an ASGI app in a background thread; returns once the server accepts connections."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))  # bind here so port=0 yields the real port before uvicorn starts
@@ -252,10 +285,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=30000)
+    ap.add_argument("--api-key", default=os.environ.get("OPENCLAW_POLICY_API_KEY"),
+                    help="Bearer key every client must send (default: $OPENCLAW_POLICY_API_KEY; required)")
+    ap.add_argument("--weights-dir", action="append", default=[],
+                    help="a folder /update_weights_from_disk may load from (repeat for more; none: no updates)")
+    ap.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json")
     args = ap.parse_args(argv)
+    if not args.api_key:
+        ap.error("--api-key (or $OPENCLAW_POLICY_API_KEY) is required")
     logging.basicConfig(level=logging.INFO)
     engine = Engine(args.model, dtype=args.dtype, device=args.device, max_batch=args.max_batch, seed=args.seed)
-    config = uvicorn.Config(create_app(engine), host=args.host, port=args.port, log_level="info")
+    app = create_app(engine, api_key=args.api_key, weights_dirs=args.weights_dir, docs=args.docs)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
     try:
         uvicorn.Server(config).run()  # returns on Ctrl-C / SIGTERM
     finally:

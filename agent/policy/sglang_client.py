@@ -24,13 +24,17 @@ class Supervisor(Protocol):
 
 
 class SGLangClient:
-    def __init__(self, url: str, timeout: float = 600.0, retries: int = 3, supervisor: Supervisor | None = None) -> None:
+    def __init__(self, url: str, timeout: float = 600.0, retries: int = 3, supervisor: Supervisor | None = None,
+                 api_key: str | None = None) -> None:
+        """`api_key` is sent as `Authorization: Bearer <key>` (SGLang's `--api-key`, our server's key)."""
         self.url = url.rstrip("/")
+        self.api_key = api_key
         self.retries = retries
         self.supervisor = supervisor
         self.loaded: tuple[str, int] | None = None  # the last weights the server took: (folder, version)
         self._weights_lock = asyncio.Lock()
         self._http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout, connect=10.0),
+                                       headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -2,11 +2,15 @@
 
 On a GPU host the same config that runs the embedded engine here launches
 `python -m sglang.launch_server` for the model's HF folder; weights then sync through
-`/update_weights_from_disk` exactly as with the embedded engine. The launched server is a
+`/update_weights_from_disk` exactly as with the embedded engine. Every request carries a key
+(`Authorization: Bearer`, as SGLang's `--api-key` expects): `policy.api_key` (or
+$OPENCLAW_POLICY_API_KEY) for an attached server; a launched one is given a random key with
+`--api-key`, so `policy.command` must take that flag too. The launched server is a
 child process in its own process group, stopped with the run (Ctrl-C included). When it dies
 mid-run the client's next failing request restarts it (at most `policy.max_restarts` times)
 and loads the latest weights into it before anything else is served. `policy.command` swaps
-in any other server with SGLang's routes (the tests launch the embedded engine's).
+in any other server with SGLang's routes (the tests launch the embedded engine's; its template
+may name {run_dir}, where the run's weights are written, for the engine's --weights-dir).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import IO, Any, Awaitable, Callable
 
 import httpx
 
+from agent.http_guard import new_key
 from agent.policy.base import PolicyUnavailable
 from agent.policy.jsonhttp import ServerError
 from agent.policy.models import cache_root, load_model, save_model, smollm2_dir
@@ -51,15 +56,17 @@ def hf_folder(name_or_path: str) -> Path:
 
 
 def launch_command(model_dir: Path, host: str, port: int, extra_args: list[str],
-                   template: list[str] | None = None) -> list[str]:
-    """`template` (default: sglang.launch_server) with {python} {model_path} {host} {port} filled, then extra_args."""
-    fields = {"python": sys.executable, "model_path": str(model_dir), "host": host, "port": str(port)}
+                   template: list[str] | None = None, api_key: str | None = None, run_dir: str = "") -> list[str]:
+    """`template` (default: sglang.launch_server) with {python} {model_path} {host} {port} {run_dir}
+    filled, then `--api-key KEY` when given, then extra_args."""
+    fields = {"python": sys.executable, "model_path": str(model_dir), "host": host, "port": str(port),
+              "run_dir": run_dir}
     try:
         cmd = [str(part).format(**fields) for part in (template or SGLANG_COMMAND)]
     except (KeyError, IndexError, ValueError) as e:
         raise ValueError(f"policy.command {template}: unknown placeholder {e}; use {{python}} {{model_path}} "
-                         "{host} {port}") from None
-    return cmd + [str(a) for a in extra_args]
+                         "{host} {port} {run_dir}") from None
+    return cmd + (["--api-key", api_key] if api_key else []) + [str(a) for a in extra_args]
 
 
 def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
@@ -120,8 +127,8 @@ class LaunchedServer:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env=server_env())
-        log.info("policy server pid %d at %s: %s (output: %s)", self.proc.pid, self.url, " ".join(self.command),
-                 self.log_path)
+        shown = ["<key>" if i and self.command[i - 1] == "--api-key" else c for i, c in enumerate(self.command)]
+        log.info("policy server pid %d at %s: %s (output: %s)", self.proc.pid, self.url, " ".join(shown), self.log_path)
         try:
             wait_healthy(self.url, self.launch_timeout_s, self.proc)
         except BaseException:
@@ -169,17 +176,20 @@ def connect_or_launch(cfg: Any) -> tuple[SGLangClient, Any, list[Callable[[], An
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     closers: list[Callable[[], Any]] = []
     url = pc.get("url")
+    key = pc.get("api_key") or os.environ.get("OPENCLAW_POLICY_API_KEY")
     server = None
     if not url:
         host, port = str(pc.host), int(pc.port)
         url = f"http://{host}:{port}"
-        command = launch_command(model_dir, host, port, list(pc.extra_args), pc.get("command"))
+        key = key or new_key()
+        command = launch_command(model_dir, host, port, list(pc.extra_args), pc.get("command"), key,
+                                 str(Path(cfg.run_dir).resolve()))
         server = LaunchedServer(command, url, Path(cfg.run_dir) / "sglang_server.log", float(pc.launch_timeout_s),
                                 int(pc.get("max_restarts", 3)))
         server.start()
         closers.append(server.stop)
     else:
         wait_healthy(str(url), float(pc.launch_timeout_s))
-    client = SGLangClient(str(url), timeout=float(cfg.timeouts.step_s), supervisor=server)
+    client = SGLangClient(str(url), timeout=float(cfg.timeouts.step_s), supervisor=server, api_key=key)
     closers.append(client.aclose)
     return client, tokenizer, closers

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> dict:
         prompts = [list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                                 return_dict=True)["input_ids"]) for q in (QUESTIONS * n)[:n]]
         hf = lambda batch: _hf_generate(engine, batch, new)  # noqa: E731
-        eng = lambda batch: asyncio.run(_engine_generate(handle.url, batch, new))  # noqa: E731
+        eng = lambda batch: asyncio.run(_engine_generate(handle.url, handle.api_key, batch, new))  # noqa: E731
         eng(prompts[:1]), hf(prompts[:1])  # warm-up: first calls pay one-off allocation costs
         seq_prompts = prompts[: max(2, n // 4)]
         rounds = []  # one round times all four side by side, so a noisy neighbour hits each alike
@@ -96,8 +96,8 @@ def _hf_generate(engine: Engine, prompts: list[list[int]], new: int) -> int:
     return len(prompts) * new
 
 
-async def _engine_generate(url: str, prompts: list[list[int]], new: int) -> int:
-    async with SGLangClient(url, timeout=600) as client:
+async def _engine_generate(url: str, key: str, prompts: list[list[int]], new: int) -> int:
+    async with SGLangClient(url, timeout=600, api_key=key) as client:
         outs = await asyncio.gather(*[client.request("POST", "/generate", {
             "input_ids": p, "return_logprob": True,
             "sampling_params": {"max_new_tokens": new, "temperature": 1.0, "ignore_eos": True}}) for p in prompts])

@@ -28,8 +28,9 @@ from learner.judges import LLMJudge
 from learner.scorer import NextStateScorer
 
 
-async def _round(url: str, renderer: ChatRenderer, scorer: NextStateScorer | None, n: int, tokens: int, seed: int) -> float:
-    client = SGLangClient(url)
+async def _round(url: str, key: str, renderer: ChatRenderer, scorer: NextStateScorer | None, n: int, tokens: int,
+                 seed: int) -> float:
+    client = SGLangClient(url, api_key=key)
     pending: set[asyncio.Task] = set()
 
     def on_turn(turn: Any) -> None:
@@ -68,14 +69,14 @@ def main(argv: list[str]) -> dict[str, Any]:
     renderer = ChatRenderer(policy.tokenizer)
 
     async def go() -> dict[str, Any]:
-        chat = ChatClient(j_srv.url, model=args.model)
+        chat = ChatClient(j_srv.url, model=args.model, api_key=j_srv.api_key)
         scorer = NextStateScorer(LLMJudge(chat, m=args.votes, max_tokens=args.tokens), None, renderer, m=args.votes, mode="binary")
         off, on = [], []
         try:
-            await _round(p_srv.url, renderer, None, args.envs, args.tokens, 0)  # warm-up
+            await _round(p_srv.url, p_srv.api_key, renderer, None, args.envs, args.tokens, 0)  # warm-up
             for r in range(args.rounds):
-                off.append(await _round(p_srv.url, renderer, None, args.envs, args.tokens, 1000 * r))
-                on.append(await _round(p_srv.url, renderer, scorer, args.envs, args.tokens, 1000 * r))
+                off.append(await _round(p_srv.url, p_srv.api_key, renderer, None, args.envs, args.tokens, 1000 * r))
+                on.append(await _round(p_srv.url, p_srv.api_key, renderer, scorer, args.envs, args.tokens, 1000 * r))
         finally:
             await chat.aclose()
         ratios = [b / a for a, b in zip(off, on)]
