@@ -335,7 +335,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog)
               SFTConfig(n_demos=int(m.n_demos), epochs=int(m.epochs), batch_size=int(m.batch_size),
                         heldout_demos=int(m.heldout_demos), seed=int(cfg.seed), max_context=int(cfg.max_context)),
               transcripts)
-    return sft, Policy("demos", make_actor=sft.make_actor, tokenizer=learner.tokenizer)
+    return sft, Policy("demos", make_actor=sft.make_actor)
 
 
 def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
