@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from agent.actors import Actor, ModelActor, OracleActor, RandomActor
 from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
+from agent.policy.models import learner_bf16
 from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv
 from learner.evaluation import HeldOutEvaluator, supports_heldout
@@ -345,9 +346,13 @@ def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
     if name == "torch":
         from learner.torch_learner import TorchLearner
 
-        return TorchLearner(str(cfg.model.path), lr=float(lc.lr if lr is None else lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
-                            max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=bool(lc.bf16),
+        return TorchLearner(str(cfg.model.path), lr=float(lc.lr if lr is None else lr), betas=tuple(lc.betas),
+                            weight_decay=float(lc.weight_decay),
+                            adam_eps=float(lc.adam_eps),
+                            max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch),
+                            bf16=learner_bf16(lc.bf16, str(cfg.model.dtype)),
                             gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
+                            old_logprobs=str(lc.old_logprobs), tis_cap=None if lc.tis_cap is None else float(lc.tis_cap),
                             seed=int(cfg.seed))
     if name == "megatron":
         from learner.megatron_learner import MegatronLearner

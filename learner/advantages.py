@@ -28,6 +28,7 @@ import math
 from typing import Any, Iterable
 
 from agent.turn import Turn
+from learner.diagnostics import signal_yield
 from learner.parsing import mean_vote
 from learner.samples import Sample
 from learner.scorer import is_infra
@@ -216,4 +217,5 @@ def _stats(turns: list[Turn], eligible: list[Turn], samples: list[Sample], dropp
         "advantage_mean": sum(a for a, _ in tokens) / len(tokens) if tokens else None,
         "advantage_abs_mean": sum(abs(a) for a, _ in tokens) / len(tokens) if tokens else None,
         "loss_tokens": len(tokens),
+        "signal": signal_yield(turns, eligible, samples, dict(dropped)),
     }

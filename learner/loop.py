@@ -19,6 +19,7 @@ import numpy as np
 
 from agent.rollout import Episode, EpisodeJob, Runner
 from agent.turn import Turn
+from learner import diagnostics
 from learner.runlog import RunLog
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,12 @@ def step_summary(row: dict[str, Any]) -> str:
     """The step's headline figures, for the one progress line per RL step."""
     keys = ("reward_mean", "outcome_mean", "prm_score_mean", "opd_accept_rate")
     parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), (int, float))]
+    if row.get("signal"):
+        parts.append(diagnostics.summary(row["signal"]))
+    train = row.get("train") or {}
+    if "mismatch_abs_mean" in train:  # sampler vs learner log-probs on the trained tokens
+        parts.append(f"mismatch |d|={train['mismatch_abs_mean']:.2g}/max {train['mismatch_abs_max']:.2g} "
+                     f"kl={train['mismatch_kl']:.2g}")
     t = row.get("timings", {})
     parts.append(f"{row.get('episodes', 0)} episodes, {t.get('step_s', 0.0):.1f}s (rollouts {t.get('rollout_s', 0.0):.1f}s, "
                  f"train {t.get('train_s', 0.0):.1f}s)")

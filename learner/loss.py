@@ -2,6 +2,14 @@
 next-token NLL of demonstrations (SFT). Both are token-mean per sample then mean over samples
 (every sample weighs the same whatever its length).
 
+Sampler/learner mismatch: the engine that sampled a token (another precision, other kernels, a
+policy version behind) gives it a log-prob the learner does not quite reproduce. `behaviour`
+measures the gap on every trained token and chooses PPO's old log-probs: `rollout` (the
+sampler's) or `recompute` (the learner's own before the update: the learner takes one optimizer
+step per batch, so the forward pass of that step, before any weight moves, is the recompute and
+costs nothing extra). Truncated importance sampling (TIS) weights each token's policy-gradient
+term by min(exp(learner_old - rollout), cap), the standard correction for the mismatch.
+
 Tensors are flat over the response tokens of a micro-batch (no padding): `sample_index[i]` says
 which sample token i belongs to. `n_samples` is the number of samples in the whole batch
 (fully masked ones included, as in the paper), so the micro-batch losses add up to the batch
@@ -27,6 +35,35 @@ def logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entro
             probs = torch.softmax(logits, dim=-1)
             entropy = lse - (probs * logits).sum(-1)
     return logp, entropy
+
+
+OLD_LOGPROBS = ("rollout", "recompute")
+
+
+def check_old_logprobs(value: str) -> str:
+    if value not in OLD_LOGPROBS:
+        raise ValueError(f"old_logprobs must be one of {', '.join(OLD_LOGPROBS)}, got {value!r}")
+    return value
+
+
+def behaviour(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, old_logprobs: str = "rollout",
+              tis_cap: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+    """(PPO's old log-probs, TIS weights or None, mismatch stats) for one micro-batch's loss tokens.
+    `logprobs` are the learner's before the update (the step's forward pass); stats: mean and max
+    |learner - rollout| and a k3 estimate of KL(sampler || learner) (tokens were drawn by the sampler)."""
+    check_old_logprobs(old_logprobs)
+    learner_old = logprobs.detach()
+    with torch.no_grad():
+        gap = (learner_old - rollout_logprobs).abs()
+        stats = {"mismatch_abs_mean": float(gap.mean()) if gap.numel() else 0.0,
+                 "mismatch_abs_max": float(gap.max()) if gap.numel() else 0.0,
+                 "mismatch_kl": float(k3(rollout_logprobs, learner_old).mean()) if gap.numel() else 0.0}
+        weights = None
+        if tis_cap is not None:
+            weights = torch.exp((learner_old - rollout_logprobs).clamp(max=_MAX_LOG_RATIO)).clamp(max=tis_cap)
+            stats["tis_mean"] = float(weights.mean()) if gap.numel() else 1.0
+            stats["tis_capped_frac"] = float((weights >= tis_cap).float().mean()) if gap.numel() else 0.0
+    return (learner_old if old_logprobs == "recompute" else rollout_logprobs), weights, stats
 
 
 def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -70,15 +107,19 @@ def ppo_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,
+    tis_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(loss, stats). Per token: max(-r A, -clip(r, 1 - eps_low, 1 + eps_high) A) + kl_coef k3.
-    Stats are means over the masked tokens of this call (plus `tokens`, their count)."""
+    """(loss, stats). Per token: w max(-r A, -clip(r, 1 - eps_low, 1 + eps_high) A) + kl_coef k3,
+    w the TIS weight (1 without). Stats are means over the masked tokens of this call (plus
+    `tokens`, their count)."""
     mask = mask.to(logprobs.dtype)
     log_ratio = (logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     unclipped = -ratio * advantages
     clipped = -ratio.clamp(1 - eps_low, 1 + eps_high) * advantages
     per_token = torch.maximum(unclipped, clipped)
+    if tis_weights is not None:
+        per_token = per_token * tis_weights
     kl = None
     if ref_logprobs is not None:
         kl = k3(logprobs, ref_logprobs)

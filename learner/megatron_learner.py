@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-from agent.policy.models import load_model, save_model
-from learner.loss import EPS_HIGH, EPS_LOW, logprobs_and_entropy, ppo_loss
+from agent.policy.models import learner_bf16, load_model, save_model
+from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
 from learner.mcore.model import (build_gpt, clip_grad_norm, gather_whole, init_parallel, loss_logits, on_device, ranks,
                                  sync_grads)
@@ -66,6 +66,7 @@ class MegatronLearner:
         lr: float = 1e-5,
         betas: tuple[float, float] = (0.9, 0.98),
         weight_decay: float = 0.1,
+        adam_eps: float = 1e-8,
         max_tokens_per_micro_batch: int = 8192,
         bf16: bool = False,
         gradient_checkpointing: bool = False,
@@ -73,6 +74,8 @@ class MegatronLearner:
         eps_low: float = EPS_LOW,
         eps_high: float = EPS_HIGH,
         max_grad_norm: float | None = 1.0,
+        old_logprobs: str = "rollout",
+        tis_cap: float | None = None,
         seed: int = 0,
         tensor_model_parallel_size: int = 1,
         pipeline_model_parallel_size: int = 1,
@@ -101,12 +104,14 @@ class MegatronLearner:
             self._load(self.ref_model, whole)
             self.ref_model.eval().requires_grad_(False)
         del whole
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), eps=adam_eps,
+                                           weight_decay=weight_decay)
         self.max_tokens = int(max_tokens_per_micro_batch)
         self.bf16 = bf16
         self.kl_coef = kl_coef
         self.eps_low, self.eps_high = eps_low, eps_high
         self.max_grad_norm = max_grad_norm
+        self.old_logprobs, self.tis_cap = check_old_logprobs(old_logprobs), tis_cap
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.step = 0
 
@@ -115,8 +120,10 @@ class MegatronLearner:
         """From the run config (experiments/conf/learner/megatron.yaml)."""
         lc = cfg.learner
         return cls(str(cfg.model.path), lr=float(lc.lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
-                   max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=bool(lc.bf16),
+                   adam_eps=float(lc.adam_eps),
+                   max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch), bf16=learner_bf16(lc.bf16, str(cfg.model.dtype)),
                    gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),
+                   old_logprobs=str(lc.old_logprobs), tis_cap=None if lc.tis_cap is None else float(lc.tis_cap),
                    seed=int(cfg.seed), tensor_model_parallel_size=int(lc.tensor_model_parallel_size),
                    pipeline_model_parallel_size=int(lc.pipeline_model_parallel_size),
                    dist_timeout_s=float(lc.dist_timeout_s))
@@ -207,8 +214,10 @@ class MegatronLearner:
             logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=not forward_only)
             if forward_only:
                 return logp.sum().detach(), torch.tensor(0), {"logp": logp.detach()}
-            loss, stats = ppo_loss(logp, batch.old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
-                                   self.eps_low, self.eps_high, None if refs is None else refs[i], self.kl_coef, entropy)
+            old, tis, mismatch = behaviour(logp, batch.old, self.old_logprobs, self.tis_cap)
+            loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
+                                   self.eps_low, self.eps_high, None if refs is None else refs[i], self.kl_coef, entropy, tis)
+            stats.update(mismatch)
             return loss, torch.tensor(0), {"loss": float(loss.detach()), "stats": stats}
 
         def forward_step(data, model):

@@ -4,7 +4,9 @@ and a paired test between two modes.
 - Rates (pass@1 over held-out tasks): Wilson score interval, which stays inside [0, 1] and is
   honest at 0 or n successes where the normal interval collapses to a point.
 - Means (outcomes in [-1, 1], a figure averaged over seeds): percentile bootstrap of the mean,
-  seeded so a report is reproducible.
+  seeded so a report is reproducible; or Student's t interval, the one for a handful of seeds:
+  a percentile bootstrap never leaves the range of the values (over seeds 0.1, 0.2, 0.3 it
+  gives [0.1, 0.3], where t with 2 df gives [-0.05, 0.45]).
 - pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k) (the unbiased estimator of
   Chen et al. 2021), averaged over tasks.
 - Two modes on the same items (held-out tasks, or seeds): a two-sided paired sign-flip
@@ -70,6 +72,38 @@ def bootstrap_mean(values: Sequence[float], n_boot: int = 10_000, seed: int = 0,
     means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return Estimate(float(x.mean()), float(lo), float(hi), int(x.size))
+
+
+# Student t quantiles of 0.975 for 1..30 degrees of freedom (checked against the numerically
+# integrated t density to 7 digits); beyond 30 the Cornish-Fisher expansion is within 3e-6.
+_T975 = (12.7062047, 4.3026527, 3.1824463, 2.7764451, 2.5705818, 2.4469119, 2.3646243, 2.3060041, 2.2621572,
+         2.2281389, 2.2009852, 2.1788128, 2.1603687, 2.1447867, 2.1314495, 2.1199053, 2.1098156, 2.1009220,
+         2.0930241, 2.0859634, 2.0796138, 2.0738731, 2.0686576, 2.0638986, 2.0595386, 2.0555294, 2.0518305,
+         2.0484071, 2.0452296, 2.0422725)
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"t975: need df >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = Z95
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def t_mean(values: Sequence[float]) -> Estimate:
+    """The mean with its 95% Student t interval, mean ± t975(n-1) s / sqrt(n). One value has no
+    spread to go on: its interval is (-inf, inf), not a point."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("t_mean: no values")
+    m = float(x.mean())
+    if x.size == 1:
+        return Estimate(m, -math.inf, math.inf, 1)
+    half = t975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return Estimate(m, m - half, m + half, int(x.size))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

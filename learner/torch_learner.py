@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from agent.policy.models import load_model, save_model
-from learner.loss import EPS_HIGH, EPS_LOW, logprobs_and_entropy, nll_loss, ppo_loss
+from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
 from learner.samples import Sample
 
 
@@ -81,6 +81,7 @@ class TorchLearner:
         lr: float = 1e-5,
         betas: tuple[float, float] = (0.9, 0.98),
         weight_decay: float = 0.1,
+        adam_eps: float = 1e-8,
         max_tokens_per_micro_batch: int = 8192,
         bf16: bool = False,
         gradient_checkpointing: bool = False,
@@ -88,6 +89,8 @@ class TorchLearner:
         eps_low: float = EPS_LOW,
         eps_high: float = EPS_HIGH,
         max_grad_norm: float | None = 1.0,
+        old_logprobs: str = "rollout",
+        tis_cap: float | None = None,
         seed: int = 0,
         device: str | None = None,
     ) -> None:
@@ -103,12 +106,14 @@ class TorchLearner:
         if kl_coef > 0:
             self.ref_model, _ = load_model(model_name_or_path, dtype="bfloat16" if bf16 else "float32", seed=seed)
             self.ref_model.to(self.device).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), eps=adam_eps,
+                                           weight_decay=weight_decay)
         self.max_tokens = int(max_tokens_per_micro_batch)
         self.bf16 = bf16
         self.kl_coef = kl_coef
         self.eps_low, self.eps_high = eps_low, eps_high
         self.max_grad_norm = max_grad_norm
+        self.old_logprobs, self.tis_cap = check_old_logprobs(old_logprobs), tis_cap
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.step = 0
 
@@ -150,8 +155,11 @@ class TorchLearner:
             with torch.no_grad(), self._autocast():
                 ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
-        return ppo_loss(logp, batch.old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
-                        self.eps_low, self.eps_high, ref, self.kl_coef, entropy)
+        old, tis, mismatch = behaviour(logp, batch.old, self.old_logprobs, self.tis_cap)
+        loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
+                               self.eps_low, self.eps_high, ref, self.kl_coef, entropy, tis)
+        stats.update(mismatch)
+        return loss, stats
 
     def _sft_loss(self, logits: torch.Tensor, batch: Batch, n_samples: int) -> tuple[torch.Tensor, dict[str, float]]:
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
@@ -219,10 +227,13 @@ def trainable(samples: list[Sample]) -> list[Sample]:
 
 def step_metrics(stats: list[dict[str, float]], loss: float, grad_norm: float, tokens: int, n_samples: int,
                  t0: float) -> dict[str, float]:
-    """A train step's figures from its micro-batches' loss stats (means weighted by loss tokens)."""
+    """A train step's figures from its micro-batches' loss stats: means weighted by loss tokens,
+    the largest of `*_max` figures."""
     elapsed = time.perf_counter() - t0
     loss_tokens = sum(st["tokens"] for st in stats)
-    metrics = {k: sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0) for k in stats[0] if k != "tokens"}
+    metrics = {k: (max(st[k] for st in stats) if k.endswith("_max") else
+                   sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0))
+               for k in stats[0] if k != "tokens"}
     metrics.update(
         loss=loss,
         grad_norm=grad_norm,

@@ -84,6 +84,7 @@ class Training:
         metrics["samples"] = {k: stats[k] for k in ("samples", "samples_training", "samples_masked", "dropped",
                                                     "dropped_by_reason", "infra_excluded", "infra_rate", "timeout_rate",
                                                     "advantage_mean", "advantage_abs_mean", "loss_tokens")}
+        metrics["signal"] = stats["signal"]
         if not any(s.trains for s in samples):
             metrics["train"] = {"skipped": 1.0}
             return StepOutput(metrics, self.version)

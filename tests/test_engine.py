@@ -19,7 +19,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def engine():
-    eng = Engine("tiny", seed=0, max_batch=16)
+    eng = Engine("tiny", dtype="float32", seed=0, max_batch=16)
     yield eng
     eng.close()
 
@@ -141,10 +141,10 @@ def test_bad_input_is_rejected_clearly(engine):
 def test_weight_update_under_concurrent_load(tmp_path):
     """Requests before, during and after a swap all succeed; each carries the version whose
     weights sampled it, proven by teacher-forcing under that version's weights."""
-    old_model, _ = load_model("tiny", seed=0)
-    new_model, tok = load_model("tiny", seed=1)
+    old_model, _ = load_model("tiny", dtype="float32", seed=0)
+    new_model, tok = load_model("tiny", dtype="float32", seed=1)
     save_model(new_model, tok, tmp_path / "v1")
-    eng = Engine("tiny", seed=0, max_batch=4)  # a small batch so requests queue during the swap
+    eng = Engine("tiny", dtype="float32", seed=0, max_batch=4)  # a small batch so requests queue during the swap
     prompt = tok("update")["input_ids"]
 
     async def go():
@@ -171,7 +171,7 @@ def test_weight_update_under_concurrent_load(tmp_path):
 
 
 def test_bad_weight_folder_fails_and_keeps_serving(tmp_path):
-    eng = Engine("tiny", seed=0)
+    eng = Engine("tiny", dtype="float32", seed=0)
     try:
         with pytest.raises(FileNotFoundError):
             asyncio.run(eng.update_weights(str(tmp_path)))
@@ -182,7 +182,7 @@ def test_bad_weight_folder_fails_and_keeps_serving(tmp_path):
 
 
 def test_close_fails_waiting_requests_and_refuses_new():
-    eng = Engine("tiny", seed=0, max_batch=1)
+    eng = Engine("tiny", dtype="float32", seed=0, max_batch=1)
 
     async def go():
         sp = SamplingParams(max_new_tokens=3000)
@@ -201,7 +201,7 @@ def test_close_fails_waiting_requests_and_refuses_new():
 
 
 def test_worker_crash_fails_requests_instead_of_hanging():
-    eng = Engine("tiny", seed=0)
+    eng = Engine("tiny", dtype="float32", seed=0)
 
     def broken(seqs):  # inject a scheduler bug
         raise RuntimeError("injected bug")

@@ -7,20 +7,20 @@ import pytest
 import torch
 
 from agent.policy.base import SamplingParams
-from agent.policy.models import load_model, save_model
+from agent.policy.models import learner_bf16, load_model, resolve_dtype, save_model
 
 
 def test_tiny_is_deterministic_per_seed():
-    a, _ = load_model("tiny", seed=0)
-    b, _ = load_model("tiny", seed=0)
-    c, _ = load_model("tiny", seed=1)
+    a, _ = load_model("tiny", dtype="float32", seed=0)
+    b, _ = load_model("tiny", dtype="float32", seed=0)
+    c, _ = load_model("tiny", dtype="float32", seed=1)
     pairs = list(zip(a.state_dict().values(), b.state_dict().values(), c.state_dict().values()))
     assert all(torch.equal(x, y) for x, y, _ in pairs)
     assert not all(torch.equal(x, z) for x, _, z in pairs)
 
 
 def test_byte_tokenizer_round_trips_bytes_and_speaks_chatml():
-    _, tok = load_model("tiny")
+    _, tok = load_model("tiny", dtype="float32")
     text = "héllo\n\tworld ✓"
     ids = tok(text)["input_ids"]
     assert ids == list(text.encode("utf-8")) and tok.decode(ids) == text
@@ -33,9 +33,9 @@ def test_byte_tokenizer_round_trips_bytes_and_speaks_chatml():
 
 
 def test_save_and_load_round_trip(tmp_path):
-    model, tok = load_model("tiny", seed=3)
+    model, tok = load_model("tiny", dtype="float32", seed=3)
     save_model(model, tok, tmp_path / "m")
-    again, tok2 = load_model(str(tmp_path / "m"))
+    again, tok2 = load_model(str(tmp_path / "m"), dtype="float32")
     assert all(torch.equal(x, y) for x, y in zip(model.state_dict().values(), again.state_dict().values()))
     assert tok2("abc")["input_ids"] == tok("abc")["input_ids"] and tok2.chat_template == tok.chat_template
 
@@ -65,3 +65,23 @@ def test_smollm2_loads_offline_with_chatml_and_generates():
         assert all(lp <= 0 for lp in res.logprobs)
     finally:
         engine.close()
+
+
+def test_auto_dtype_follows_the_cpu_bf16_units():
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "amx_bf16"})) == torch.bfloat16
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx512_bf16"})) == torch.bfloat16
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512f"})) == torch.float32
+    assert resolve_dtype("auto", "cuda") == torch.bfloat16
+    assert resolve_dtype("float32", "cpu", flags=frozenset({"amx_bf16"})) == torch.float32
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("fp8")
+
+
+def test_learner_bf16_auto_follows_the_served_dtype():
+    here = resolve_dtype("auto", "cpu") == torch.bfloat16
+    assert learner_bf16("auto", "auto", "cpu") is here
+    assert learner_bf16("auto", "float32", "cpu") is False
+    assert learner_bf16("auto", "bfloat16", "cpu") is True
+    assert learner_bf16(False, "bfloat16") is False and learner_bf16("true", "float32") is True
+    with pytest.raises(ValueError, match="true, false or auto"):
+        learner_bf16("maybe", "float32")

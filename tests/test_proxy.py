@@ -33,7 +33,7 @@ MAX_TOKENS = 8
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    engine = Engine("tiny", seed=0, max_batch=16)
+    engine = Engine("tiny", dtype="float32", seed=0, max_batch=16)
     handle = serve(engine)
     records = tmp_path_factory.mktemp("records")
     proxy = Proxy(handle.url, engine.tokenizer, "tiny", KEY, record_dir=records).start()

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from learner.stats import Estimate, bootstrap_mean, paired_permutation_p, pass_at_k, wilson
+from learner.stats import Estimate, bootstrap_mean, paired_permutation_p, pass_at_k, t975, t_mean, wilson
 
 
 def test_wilson_matches_the_textbook_values():
@@ -65,3 +65,29 @@ def test_paired_permutation_test_monte_carlo_separates_real_differences():
 def test_estimate_formats_with_the_larger_side():
     assert Estimate(0.41, 0.36, 0.46, 10).fmt() == "0.41 ± 0.05"
     assert Estimate(0.9, 0.7, 0.95, 10).fmt() == "0.90 ± 0.20"
+
+
+def test_t_interval_by_hand_and_against_the_bootstrap():
+    # [0.1, 0.2, 0.3]: mean 0.2, s 0.1, half 4.3027 * 0.1 / sqrt(3) = 0.24841
+    e = t_mean([0.1, 0.2, 0.3])
+    assert (e.value, e.n) == (pytest.approx(0.2), 3)
+    assert (e.lo, e.hi) == (pytest.approx(0.2 - 0.248414, abs=1e-6), pytest.approx(0.2 + 0.248414, abs=1e-6))
+    assert e.fmt() == "0.20 ± 0.25"
+    # the percentile bootstrap of three values cannot leave their range
+    b = bootstrap_mean([0.1, 0.2, 0.3])
+    assert (b.lo, b.hi) == (pytest.approx(0.1), pytest.approx(0.3))
+    # [1, 3]: mean 2, s sqrt(2), half 12.7062 * sqrt(2) / sqrt(2)
+    assert t_mean([1.0, 3.0]).hi == pytest.approx(2 + 12.7062047)
+    one = t_mean([0.4])  # one seed: no interval at all, not a point
+    assert one.value == 0.4 and (one.lo, one.hi) == (-math.inf, math.inf)
+    assert t_mean([0.5, 0.5, 0.5]).half_width == 0.0
+    with pytest.raises(ValueError):
+        t_mean([])
+
+
+def test_t_quantiles_from_the_table_and_the_expansion():
+    assert (t975(1), t975(2), t975(30)) == (12.7062047, 4.3026527, 2.0422725)
+    assert t975(40) == pytest.approx(2.0210754, abs=1e-5) and t975(120) == pytest.approx(1.9799304, abs=1e-5)
+    assert t975(31) < t975(30) and t975(10**6) == pytest.approx(1.959964, abs=1e-5)
+    with pytest.raises(ValueError):
+        t975(0)

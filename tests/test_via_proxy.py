@@ -29,7 +29,7 @@ def records(directory: Path) -> list[Turn]:
 
 
 def test_episodes_through_the_proxy_train_on_its_records(tmp_path):
-    engine = Engine("tiny", seed=0, max_batch=8)
+    engine = Engine("tiny", dtype="float32", seed=0, max_batch=8)
     server = serve(engine)
     key = new_api_key()
     rollouts: ProxyRollouts | None = None

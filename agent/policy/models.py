@@ -34,13 +34,45 @@ TINY_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(dtype: str, device: str = "cpu") -> torch.dtype:
-    """'auto' is float32 on CPU (exact log-probs, and bf16 matmuls are slow on most CPUs), bf16 on GPU."""
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU units that run bf16 matmuls natively
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is not there, e.g. macOS)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def resolve_dtype(dtype: str, device: str = "cpu", flags: frozenset[str] | None = None) -> torch.dtype:
+    """'auto' is bf16 on GPUs and on CPUs with bf16 units (AMX-BF16 or AVX512-BF16, where bf16
+    matmuls run about twice as fast as fp32), float32 on other CPUs (where bf16 is emulated and
+    slower). `model.dtype=float32` keeps exact log-probs anywhere."""
     if dtype == "auto":
-        return torch.float32 if device == "cpu" else torch.bfloat16
+        if device != "cpu":
+            return torch.bfloat16
+        return torch.bfloat16 if set(BF16_CPU_FLAGS) & (cpu_flags() if flags is None else flags) else torch.float32
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose auto, {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
+
+
+def learner_bf16(setting: bool | str, model_dtype: str, device: str | None = None) -> bool:
+    """`learner.bf16`: true/false, or `auto` = autocast in bf16 exactly when the served model
+    runs in bf16 (`model.dtype` resolved here), so learner and sampler share a precision."""
+    if isinstance(setting, bool):
+        return setting
+    if str(setting).lower() in ("true", "false"):
+        return str(setting).lower() == "true"
+    if setting != "auto":
+        raise ValueError(f"learner.bf16 must be true, false or auto, got {setting!r}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return resolve_dtype(model_dtype, device) == torch.bfloat16
 
 
 def load_model(name_or_path: str, dtype: str = "auto", seed: int = 0,

@@ -1,8 +1,12 @@
 """`python -m experiments.bench learner`: training tokens/s of TorchLearner.train_step against a
-bare loop (the same model, batch and AdamW; plain forward + backward + step) in the same run.
+bare loop (the same model, batch and AdamW; plain forward + backward + step) in the same run,
+both at the default precision (`--precision auto`: bf16 where the CPU has bf16 units), and the
+learner in bf16 against the learner in float32.
 
-The two steps alternate, so load from other processes hits both alike; the figure is the ratio
-of median tokens/s (goal >= 0.9).
+The steps alternate, so load from other processes hits all alike; the figures are ratios of
+median tokens/s (goal: learner >= 0.9x the bare loop). Achieved TFLOP/s (6 x non-embedding
+parameters x tokens per second, the usual estimate without attention and the LM head) is printed
+next to an estimate of the CPU's peak at that precision.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Any
 
 import torch
 
-from agent.policy.models import load_model
+from agent.policy.models import cpu_flags, load_model, resolve_dtype
 from learner.samples import Sample
 from learner.torch_learner import TorchLearner
 
@@ -60,12 +64,32 @@ def add_batch_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--response-len", type=int, default=128)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="autocast precision (auto: bf16 on GPUs and CPUs with bf16 units)")
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    return resolve_dtype(precision, device.type) == torch.bfloat16
 
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def cpu_peak_tflops(bf16: bool) -> float | None:
+    """A peak estimate for this CPU from its flags, threads and clock: FLOPs per cycle per core
+    (AMX-BF16 2048, AVX512-BF16 128 for bf16; AVX-512 64, AVX2/FMA 32 for fp32) x threads x GHz."""
+    flags = cpu_flags()
+    try:
+        mhz = max(float(line.partition(":")[2]) for line in open("/proc/cpuinfo") if line.startswith("cpu MHz"))
+    except (OSError, ValueError):
+        return None
+    if bf16:
+        per_cycle = 2048 if "amx_bf16" in flags else 128 if "avx512_bf16" in flags else 32  # else: emulated via fp32
+    else:
+        per_cycle = 64 if "avx512f" in flags else 32 if "fma" in flags else 8
+    return per_cycle * torch.get_num_threads() * mhz * 1e6 / 1e12
 
 
 def main(argv: list[str]) -> dict[str, Any]:
@@ -74,30 +98,37 @@ def main(argv: list[str]) -> dict[str, Any]:
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
 
-    learner = TorchLearner(args.model, lr=1e-6, bf16=args.bf16, device=args.device,
-                           max_tokens_per_micro_batch=args.samples * (args.prompt_len + args.response_len))
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    bf16 = use_bf16(args.precision, device)
+    budget = args.samples * (args.prompt_len + args.response_len)
+    learner = TorchLearner(args.model, lr=1e-6, bf16=bf16, device=str(device), max_tokens_per_micro_batch=budget)
+    other = TorchLearner(args.model, lr=1e-6, bf16=not bf16, device=str(device), max_tokens_per_micro_batch=budget)
     vocab = int(learner.model.get_output_embeddings().weight.shape[0])
     samples = make_batch(vocab, args.samples, args.prompt_len, args.response_len, seed=0)
-    bare = BareLoop(args.model, samples, 1e-6, learner.device, args.bf16)
+    bare = BareLoop(args.model, samples, 1e-6, learner.device, bf16)
     tokens = sum(s.n_tokens for s in samples)
+    non_embedding = sum(p.numel() for n, p in learner.model.named_parameters() if "embed" not in n and "lm_head" not in n)
 
-    times: dict[str, list[float]] = {"learner": [], "bare": []}
-    steps = {"learner": lambda: learner.train_step(samples), "bare": bare.step}
+    times: dict[str, list[float]] = {"learner": [], "bare": [], "other": []}
+    steps = {"learner": lambda: learner.train_step(samples), "bare": bare.step, "other": lambda: other.train_step(samples)}
     for i in range(args.warmup + args.iters):
         for name, fn in steps.items():
-            sync(learner.device)
+            sync(device)
             t0 = time.perf_counter()
             fn()
-            sync(learner.device)
+            sync(device)
             if i >= args.warmup:
                 times[name].append(time.perf_counter() - t0)
 
     tps = {k: tokens / statistics.median(v) for k, v in times.items()}
     ratio = tps["learner"] / tps["bare"]
+    bf16_tps, fp32_tps = (tps["learner"], tps["other"]) if bf16 else (tps["other"], tps["learner"])
+    peak = cpu_peak_tflops(bf16) if device.type == "cpu" else None
     return {
         "model": args.model,
-        "device": str(learner.device),
-        "bf16": args.bf16,
+        "device": str(device),
+        "precision": "bfloat16" if bf16 else "float32",
+        "cpu_bf16_units": sorted(cpu_flags() & {"amx_bf16", "avx512_bf16"}) if device.type == "cpu" else None,
         "batch": f"{args.samples}x{args.prompt_len + args.response_len}",
         "iters": args.iters,
         "learner_tokens_per_s": round(tps["learner"], 1),
@@ -105,4 +136,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "ratio": round(ratio, 3),
         "goal": 0.9,
         "meets_goal": ratio >= 0.9,
+        "bf16_vs_fp32_learner": round(bf16_tps / fp32_tps, 3),
+        "learner_tflops": round(6 * non_embedding * tps["learner"] / 1e12, 4),
+        "cpu_peak_tflops_estimate": None if peak is None else round(peak, 3),
     }

@@ -12,7 +12,9 @@ import statistics
 import time
 from typing import Any
 
-from experiments.bench.learner import add_batch_args, make_batch, sync
+import torch
+
+from experiments.bench.learner import add_batch_args, make_batch, sync, use_bf16
 from learner.megatron_learner import MegatronLearner
 from learner.torch_learner import TorchLearner
 
@@ -22,7 +24,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     add_batch_args(ap)
     args = ap.parse_args(argv)
 
-    opts = dict(lr=1e-6, bf16=args.bf16, max_tokens_per_micro_batch=args.samples * (args.prompt_len + args.response_len))
+    opts = dict(lr=1e-6, bf16=use_bf16(args.precision, torch.device("cuda" if torch.cuda.is_available() else "cpu")), max_tokens_per_micro_batch=args.samples * (args.prompt_len + args.response_len))
     learners = {"torch": TorchLearner(args.model, **opts), "megatron": MegatronLearner(args.model, **opts)}
     device = learners["torch"].device
     samples = make_batch(learners["megatron"].shape.vocab, args.samples, args.prompt_len, args.response_len, seed=0)
@@ -42,7 +44,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     return {
         "model": args.model,
         "device": str(device),
-        "bf16": args.bf16,
+        "bf16": opts["bf16"],
         "batch": f"{args.samples}x{args.prompt_len + args.response_len}",
         "iters": args.iters,
         "megatron_tokens_per_s": round(tps["megatron"], 1),
