@@ -311,13 +311,45 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
                     max_staleness=int(cfg.learner.get("max_staleness", 1)), evaluator=evaluator)
 
 
-def _build_learner(cfg: DictConfig) -> Any:
+def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog) -> tuple[Any, Policy]:
+    """mode=sft: the SFT run and the policy whose actors act out oracle demonstrations."""
+    from learner.sft import SFT, SFTConfig
+    from learner.sft_demos import read_transcripts
+
+    m = cfg.mode
+    if str(cfg.learner.name) != "torch":
+        raise ConfigError(f"mode=sft trains with the torch learner only; use learner=torch (not learner={cfg.learner.name})")
+    for key in ("n_demos", "epochs", "batch_size"):
+        if m.get(key) is None or int(m[key]) < 1:
+            raise ConfigError(f"mode.{key} must be a positive number (got {m.get(key)})")
+    source = str(m.demos)
+    transcripts = None if source == "oracle" else read_transcripts(source, int(m.n_demos))
+    env = make_env()
+    try:
+        split = env.task_split(int(cfg.eval.n_tasks), int(cfg.eval.seed))
+    finally:
+        env.close()
+    leaked = sorted({t.task_id for t in transcripts or [] if t.task_id in set(split.held_out)})
+    if leaked:
+        raise ConfigError(f"{source}: transcripts of held-out tasks {leaked[:3]} must not be trained on "
+                          f"(held out: eval.n_tasks={cfg.eval.n_tasks}, eval.seed={cfg.eval.seed})")
+    learner = _build_learner(cfg, lr=float(m.lr))
+    sft = SFT(learner, ChatRenderer(learner.tokenizer), runlog, split,
+              SFTConfig(n_demos=int(m.n_demos), epochs=int(m.epochs), batch_size=int(m.batch_size),
+                        heldout_demos=int(m.heldout_demos), seed=int(cfg.seed), max_context=int(cfg.max_context)),
+              transcripts)
+    return sft, Policy("demos", make_actor=sft.make_actor)
+
+
+def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
+    """The configured learner; `lr` overrides learner.lr (SFT takes its own)."""
     name = str(cfg.learner.name)
     lc = cfg.learner
     if name == "torch":
         from learner.torch_learner import TorchLearner
 
-        return TorchLearner(str(cfg.model.path), lr=float(lc.lr), betas=tuple(lc.betas), weight_decay=float(lc.weight_decay),
+        return TorchLearner(str(cfg.model.path), lr=float(lc.lr if lr is None else lr), betas=tuple(lc.betas),
+                            weight_decay=float(lc.weight_decay),
                             adam_eps=float(lc.adam_eps),
                             max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch),
                             bf16=learner_bf16(lc.bf16, str(cfg.model.dtype)),

@@ -17,9 +17,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.policy.base import PolicyUnavailable
-from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_training, env_factory, user_complete
+from experiments.factories import (ConfigError, build_evaluator, build_policy, build_runner, build_sft, build_training, env_factory,
+                                   user_complete)
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
+from learner.sft_demos import DemoError
 from learner.wandb_log import WandbSink
 
 log = logging.getLogger("experiments.run")
@@ -61,11 +63,17 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     if cfg.env.get("user") == "llm":
         extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
     make_env = env_factory(cfg, extra, closers)
-    policy = build_policy(cfg)
+    sft = None
+    if str(cfg.mode.name) == "sft":
+        sft, policy = await asyncio.to_thread(build_sft, cfg, make_env, runlog)
+    else:
+        policy = build_policy(cfg)
     runner = build_runner(cfg, make_env, policy, closers)
     loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step),
                           group_size=int(cfg.group_size), seed=int(cfg.seed))
     try:
+        if sft is not None:
+            return await sft.run(runner)
         evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env)
         if cfg.mode.train:
             training = await build_training(cfg, policy, runner, runlog, evaluator)
@@ -99,13 +107,16 @@ def main(cfg: DictConfig) -> None:
     runlog.add_sink(wandb_sink(cfg, runlog.dir))
     try:
         rows = asyncio.run(experiment(cfg, runlog))
-    except (ConfigError, PolicyUnavailable) as e:
+    except (ConfigError, PolicyUnavailable, DemoError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit("interrupted: everything this run started was stopped")
     finally:
         runlog.close()
-    last = rows[-1] if rows else {}
+    if rows and rows[-1].get("model_path"):  # mode=sft: what a later run starts from
+        log.info("done: %d epochs, held-out NLL %s -> %s; start from it with model=local model.path=%s", rows[-1]["epoch"],
+                 rows[0]["heldout_nll"], rows[-1]["heldout_nll"], rows[-1]["model_path"])
+        return
     trained = [r for r in rows if not r.get("eval_only")]
     last = trained[-1] if trained else {}
     log.info("done: %d steps, outcome_mean=%s, run dir %s", len(trained), last.get("outcome_mean"), runlog.dir)

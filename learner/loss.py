@@ -1,5 +1,6 @@
-"""The policy loss: PPO clip with asymmetric bounds, optional k3 KL to a reference, token-mean
-per sample then mean over samples (every sample weighs the same whatever its length).
+"""The losses: PPO clip with asymmetric bounds, optional k3 KL to a reference (RL), and the
+next-token NLL of demonstrations (SFT). Both are token-mean per sample then mean over samples
+(every sample weighs the same whatever its length).
 
 Sampler/learner mismatch: the engine that sampled a token (another precision, other kernels, a
 policy version behind) gives it a log-prob the learner does not quite reproduce. `behaviour`
@@ -71,6 +72,29 @@ def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - 1 - d
 
 
+def sample_mean(per_token: torch.Tensor, mask: torch.Tensor, sample_index: torch.Tensor, n_samples: int) -> torch.Tensor:
+    """Token mean of `per_token` within each sample, summed over this call's samples and divided
+    by the whole batch's sample count (so the micro-batch losses add up to the batch loss)."""
+    n_local = int(sample_index.max()) + 1 if sample_index.numel() else 0
+    sums = torch.zeros(n_local, dtype=per_token.dtype, device=per_token.device).index_add(0, sample_index, per_token * mask)
+    counts = torch.zeros(n_local, dtype=per_token.dtype, device=per_token.device).index_add(0, sample_index, mask)
+    return (sums / counts.clamp(min=1)).sum() / max(n_samples, 1)
+
+
+def nll_loss(logprobs: torch.Tensor, sample_index: torch.Tensor, n_samples: int,
+             entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """(loss, stats) of supervised fine-tuning: -log p per loss token, reduced as ppo_loss.
+    Stats are means over this call's tokens (plus `tokens`, their count)."""
+    ones = torch.ones_like(logprobs)
+    loss = sample_mean(-logprobs, ones, sample_index, n_samples)
+    with torch.no_grad():
+        tokens = float(logprobs.numel())
+        stats = {"nll": float(-logprobs.sum()) / max(tokens, 1.0), "tokens": tokens}
+        if entropy is not None:
+            stats["entropy"] = float(entropy.sum()) / max(tokens, 1.0)
+    return loss, stats
+
+
 def ppo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -101,10 +125,7 @@ def ppo_loss(
         kl = k3(logprobs, ref_logprobs)
         if kl_coef:
             per_token = per_token + kl_coef * kl
-    n_local = int(sample_index.max()) + 1 if sample_index.numel() else 0
-    sums = torch.zeros(n_local, dtype=per_token.dtype, device=per_token.device).index_add(0, sample_index, per_token * mask)
-    counts = torch.zeros(n_local, dtype=per_token.dtype, device=per_token.device).index_add(0, sample_index, mask)
-    loss = (sums / counts.clamp(min=1)).sum() / max(n_samples, 1)
+    loss = sample_mean(per_token, mask, sample_index, n_samples)
 
     with torch.no_grad():
         tokens = float(mask.sum())

@@ -1,8 +1,8 @@
 """The torch learner (`learner=torch`): a Hugging Face causal LM trained with AdamW on samples.
 
-One `train_step` = one optimizer step over the whole batch: samples are packed into
-micro-batches of at most `max_tokens_per_micro_batch` padded tokens, each micro-batch's loss is
-backpropagated (gradient accumulation), then the gradient is clipped and AdamW steps. The loss is
+One `train_step` (PPO) or `sft_step` (NLL of demonstrations) = one optimizer step over the whole
+batch, by one path whatever the objective: samples are packed into micro-batches of at most
+`max_tokens_per_micro_batch` padded tokens, each micro-batch's loss is backpropagated (gradient accumulation), then the gradient is clipped and AdamW steps. The loss is
 normalised by the batch's sample count, so the accumulated gradient is the gradient of the
 batch loss whatever the packing. Fully masked samples count in that denominator but are not
 computed.
@@ -19,12 +19,12 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from agent.policy.models import load_model, save_model
-from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
+from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
 from learner.samples import Sample
 
 
@@ -68,6 +68,10 @@ class Batch:
         self.targets = self.ids[self.rows, self.cols + 1]
         self.old, self.adv = torch.cat(old).to(device), torch.cat(adv).to(device)
         self.n_tokens = sum(lengths)
+
+
+# (loss-token logits, their micro-batch, the whole batch's sample count) -> (loss, stats)
+Objective = Callable[[torch.Tensor, Batch, int], tuple[torch.Tensor, dict[str, float]]]
 
 
 class TorchLearner:
@@ -138,29 +142,42 @@ class TorchLearner:
 
     # ---- training ------------------------------------------------------------------------
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        """One optimizer step on `samples`; returns the step's figures."""
+        """One PPO optimizer step on `samples`; returns the step's figures."""
+        return self._optimize(samples, self._ppo_loss)
+
+    def sft_step(self, samples: list[Sample]) -> dict[str, float]:
+        """One supervised optimizer step (NLL of the loss tokens) on `samples`."""
+        return self._optimize(samples, self._sft_loss)
+
+    def _ppo_loss(self, logits: torch.Tensor, batch: Batch, n_samples: int) -> tuple[torch.Tensor, dict[str, float]]:
+        ref = None
+        if self.ref_model is not None:
+            with torch.no_grad(), self._autocast():
+                ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
+        logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
+        old, tis, mismatch = behaviour(logp, batch.old, self.old_logprobs, self.tis_cap)
+        loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
+                               self.eps_low, self.eps_high, ref, self.kl_coef, entropy, tis)
+        stats.update(mismatch)
+        return loss, stats
+
+    def _sft_loss(self, logits: torch.Tensor, batch: Batch, n_samples: int) -> tuple[torch.Tensor, dict[str, float]]:
+        logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
+        return nll_loss(logp, batch.rows, n_samples, entropy)
+
+    def _optimize(self, samples: list[Sample], objective: Objective) -> dict[str, float]:
+        """One optimizer step: micro-batches' `objective` losses accumulated, clipped, AdamW."""
         t0 = time.perf_counter()
         training = trainable(samples)
         if not training:
             return {"skipped": 1.0, "samples": float(len(samples))}
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, all_stats, tokens = 0.0, [], 0
-        batches = micro_batches(training, self.max_tokens)
-        for group in batches:
+        for group in micro_batches(training, self.max_tokens):
             batch = Batch(group, self.device, self.pad_id)
             with self._autocast():
                 logits = self._loss_logits(self.model, batch)
-                ref = None
-                if self.ref_model is not None:
-                    with torch.no_grad():
-                        ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
-            logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
-            old, tis, mismatch = behaviour(logp, batch.old, self.old_logprobs, self.tis_cap)
-            loss, stats = ppo_loss(
-                logp, old, batch.adv, torch.ones_like(logp), batch.rows, len(samples),
-                self.eps_low, self.eps_high, ref, self.kl_coef, entropy, tis,
-            )
-            stats.update(mismatch)
+            loss, stats = objective(logits, batch, len(samples))
             loss.backward()
             total_loss += float(loss.detach())
             all_stats.append(stats)
@@ -210,8 +227,8 @@ def trainable(samples: list[Sample]) -> list[Sample]:
 
 def step_metrics(stats: list[dict[str, float]], loss: float, grad_norm: float, tokens: int, n_samples: int,
                  t0: float) -> dict[str, float]:
-    """A train step's figures from its micro-batches' stats: means weighted by loss tokens, the
-    largest of `*_max` figures."""
+    """A train step's figures from its micro-batches' loss stats: means weighted by loss tokens,
+    the largest of `*_max` figures."""
     elapsed = time.perf_counter() - t0
     loss_tokens = sum(st["tokens"] for st in stats)
     metrics = {k: (max(st[k] for st in stats) if k.endswith("_max") else

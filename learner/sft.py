@@ -1,0 +1,124 @@
+"""`mode=sft`: a supervised warm start on demonstrations, ending in a checkpoint to start RL from.
+
+Demonstrations come from the env's oracle on training tasks (episodes with outcome > 0) or from
+a JSONL file of transcripts (learner/sft_demos.py). Held-out tasks (`env.task_split(eval.n_tasks,
+eval.seed)`) never feed training: their oracle demonstrations only measure the held-out NLL,
+before training and after every epoch. The final weights go to checkpoints/latest/model, a
+folder any later run takes as `model=local model.path=...`.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.actors import OracleActor
+from agent.chat import ChatRenderer
+from agent.rollout import EpisodeJob, Runner
+from envs.base import TaskSplit
+from learner.runlog import RunLog
+from learner.samples import Sample
+from learner.sft_demos import DemoActor, DemoError, Transcript, oracle_demos, pick_tasks, replay
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class SFTConfig:
+    n_demos: int  # oracle episodes to run (JSONL: the transcripts read)
+    epochs: int
+    batch_size: int  # demonstrations per optimizer step
+    heldout_demos: int
+    seed: int
+    max_context: int  # longer demonstrations are left out (a rollout could not have held them)
+
+
+def mean_nll(learner: Any, samples: list[Sample]) -> float | None:
+    """Token-mean NLL per sample, then mean over samples (the SFT loss's reduction)."""
+    if not samples:
+        return None
+    return float(np.mean([-np.mean(lp) for lp in learner.logprobs(samples)]))
+
+
+class SFT:
+    """One SFT run. `learner` has sft_step / logprobs / save_checkpoint (the torch learner)."""
+
+    def __init__(self, learner: Any, renderer: ChatRenderer, runlog: RunLog, split: TaskSplit, cfg: SFTConfig,
+                 transcripts: list[Transcript] | None = None) -> None:
+        self.learner = learner
+        self.renderer = renderer
+        self.runlog = runlog
+        self.split = split
+        self.cfg = cfg
+        self.transcripts = transcripts
+
+    def make_actor(self, job: EpisodeJob) -> DemoActor:
+        return DemoActor(self.renderer, OracleActor())
+
+    async def demonstrations(self, runner: Runner) -> tuple[list[Sample], list[Sample]]:
+        """(training demos, held-out demos); what was used is written to run_dir/demos.json."""
+        c = self.cfg
+        record: dict[str, Any] = {"split": self.split.to_dict()}
+        if self.transcripts is None:
+            tasks = pick_tasks(self.split.train, c.n_demos, c.seed)
+            train, record["train"] = await oracle_demos(runner, tasks, "demo", c.seed)
+        else:
+            train = [await replay(self.renderer, t) for t in self.transcripts]
+            record["train"] = {"lines": [t.line for t in self.transcripts],
+                               "task_ids": [t.task_id for t in self.transcripts if t.task_id is not None]}
+        held = pick_tasks(self.split.held_out, min(c.heldout_demos, len(self.split.held_out)), c.seed + 1)
+        held_out, record["held_out"] = await oracle_demos(runner, held, "heldout", c.seed + 1)
+        train, record["train"]["too_long"] = self._fits(train)
+        held_out, record["held_out"]["too_long"] = self._fits(held_out)
+        (self.runlog.dir / "demos.json").write_text(json.dumps(record, indent=1))
+        if not train:
+            raise DemoError(f"no demonstration to train on (see {self.runlog.dir / 'demos.json'})")
+        return train, held_out
+
+    def _fits(self, samples: list[Sample]) -> tuple[list[Sample], int]:
+        keep = [s for s in samples if s.n_tokens <= self.cfg.max_context]
+        return keep, len(samples) - len(keep)
+
+    async def run(self, runner: Runner) -> list[dict[str, Any]]:
+        """Demonstrations, the epochs, the checkpoint; returns the metrics rows written."""
+        c = self.cfg
+        train, held_out = await self.demonstrations(runner)
+        if not held_out:
+            log.warning("no held-out demonstrations (the env has too few tasks, or eval.n_tasks=0): no held-out NLL")
+        rng = np.random.default_rng(c.seed)
+        steps = 0
+        row: dict[str, Any] = {"step": 0, "epoch": 0, "demos": len(train), "heldout_demos": len(held_out),
+                               "heldout_nll": await asyncio.to_thread(mean_nll, self.learner, held_out)}
+        rows = [row]
+        self.runlog.metrics(row)
+        log.info("sft: %d demonstrations (%d loss tokens), %d held out; held-out NLL %s", len(train),
+                 sum(sum(s.loss_mask) for s in train), len(held_out), _fmt(row["heldout_nll"]))
+        for epoch in range(1, c.epochs + 1):
+            t0 = time.monotonic()
+            order = rng.permutation(len(train))
+            losses, tokens = [], 0.0
+            for i in range(0, len(order), c.batch_size):
+                m = await asyncio.to_thread(self.learner.sft_step, [train[int(k)] for k in order[i:i + c.batch_size]])
+                losses.append(m["loss"])
+                tokens += m["loss_tokens"]
+                steps += 1
+            row = {"step": epoch, "epoch": epoch, "optimizer_steps": steps, "train_loss": float(np.mean(losses)),
+                   "loss_tokens": tokens, "heldout_nll": await asyncio.to_thread(mean_nll, self.learner, held_out),
+                   "timings": {"epoch_s": time.monotonic() - t0}}
+            self.runlog.metrics(row)
+            rows.append(row)
+            log.info("sft epoch %d/%d: train loss %.4f, held-out NLL %s, %.1fs", epoch, c.epochs, row["train_loss"],
+                     _fmt(row["heldout_nll"]), row["timings"]["epoch_s"])
+        ckpt = await asyncio.to_thread(self.learner.save_checkpoint, self.runlog.checkpoints / "latest", c.epochs, 0)
+        rows[-1]["model_path"] = str(Path(ckpt / "model").resolve())
+        return rows
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
