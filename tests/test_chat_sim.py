@@ -114,8 +114,8 @@ def fake_llm_student(messages):
     """Plays a student who only objects to bold: what a caller's model client would return."""
     last = messages[-1]["content"]
     if "**" in last:
-        return "<think>it has bold</think>ew, bold text looks so AI. write it without bold."
-    return "perfect, that looks like something i'd write. thanks! HOMEWORK_DONE"
+        return "<think>it has bold</think>ew, bold text looks so AI. write it without bold.\nVERDICT: unsatisfied"
+    return "perfect, that looks like something i'd write. thanks! HOMEWORK_DONE\nVERDICT: satisfied"
 
 
 def test_llm_user_role_swapped_session():
@@ -133,7 +133,7 @@ def test_llm_user_role_swapped_session():
     assert data["user_source"] == "llm" and data["verdict"] == -1 and data["hint"] == obs
     assert "no_markdown_bold" in data["failed"]  # rules still report what failed
     msgs = calls[0]
-    assert msgs[0]["role"] == "system" and "HOMEWORK_DONE" in msgs[0]["content"]
+    assert msgs[0]["role"] == "system" and "HOMEWORK_DONE" in msgs[0]["content"] and "VERDICT: satisfied" in msgs[0]["content"]
     assert msgs[1] == {"role": "assistant", "content": prompt}
     assert msgs[2] == {"role": "user", "content": f"{AGENT_PREFIX}\nthe answer is **7**"}
     obs, reward, term, _, info = env.step("the answer is 7")

@@ -21,8 +21,8 @@ def _record(iid: str) -> dict:
     return next(r for r in bundled.instances() if r["instance_id"] == iid)
 
 
-def _grade(iid: str, patch: str) -> grading.Grade:
-    rec = _record(iid)
+def _grade(iid: str, patch: str, **overrides) -> grading.Grade:
+    rec = {**_record(iid), **overrides}
     image = bundled.repo_image(rec["repo"].split("/")[1])
     with open_sandbox("docker", image, Limits(), workdir=grading.WORKDIR, pool_size=1) as sb:
         return grading.grade(sb, rec, patch, image)
@@ -129,6 +129,66 @@ def test_patch_that_does_not_apply():
     bad = rec["patch"].replace("return year % 4 == 0 and year % 100 != 0", "return something_else")
     g = _grade("openclaw__datekit-1", bad)
     assert not g.patch_applied and not g.resolved and "does not apply" in g.summary()
+
+
+# ---- grading ignores test infrastructure the agent touched --------------------------------------
+FORCE_PASS_CONFTEST = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome, report.longrepr = "passed", None
+"""
+# Loaded at interpreter start wherever the repository is on sys.path then (an editable install).
+FORCE_PASS_SITECUSTOMIZE = """import _pytest.reports as r
+
+_make = r.TestReport.from_item_and_call.__func__
+
+
+def _passed(cls, item, call):
+    report = _make(cls, item, call)
+    report.outcome, report.longrepr = "passed", None
+    return report
+
+
+r.TestReport.from_item_and_call = classmethod(_passed)
+"""
+
+
+def _new_file(path: str, text: str) -> str:
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
+
+
+def test_conftest_forcing_passes_is_reverted_in_an_episode(env):
+    env.reset(options={"task_id": FAST[0]})
+    for path in ("conftest.py", "tests/conftest.py"):
+        _, _, _, _, info = env.step(render_tool_call("edit", {"command": "create", "path": path, "file_text": FORCE_PASS_CONFTEST}))
+        assert info["status"] == "ok", info["next_state"].content
+    _, reward, term, _, info = env.step(render_tool_call("submit", {}))
+    data = info["next_state"].data
+    assert term and reward == -1.0 and not data["resolved"], info["next_state"].content
+    assert data["reverted"] == ["conftest.py", "tests/conftest.py"] and "reverted" in info["next_state"].content
+
+
+def test_sitecustomize_forcing_passes_is_reverted():
+    iid = FAST[0]
+    editable = {"test_cmd": f"PYTHONPATH={grading.WORKDIR} {grading.DEFAULT_TEST_CMD}"}  # as an editable install
+    g = _grade(iid, _new_file("sitecustomize.py", FORCE_PASS_SITECUSTOMIZE) + _new_file("datekit/x.pth", "import os"), **editable)
+    assert not g.resolved and g.report["tests_status"]["FAIL_TO_PASS"]["failure"], g.log[-2000:]
+    assert g.reverted == ["datekit/x.pth", "sitecustomize.py"]
+    assert _grade(iid, _record(iid)["patch"], **editable).resolved  # the editable-style command itself works
+
+
+def test_real_fix_with_harmless_test_changes_is_still_resolved():
+    iid = FAST[0]
+    harmless = _new_file("tests/conftest.py", "# shared fixtures will go here\n") + _new_file("pytest.ini", "[pytest]\naddopts = -q\n")
+    g = _grade(iid, _record(iid)["patch"] + harmless)
+    assert g.resolved, g.log[-2000:]
+    assert g.reverted == ["pytest.ini", "tests/conftest.py"]
 
 
 def test_pytest_counts():

@@ -3,7 +3,8 @@
 A task is one persona and one homework problem; its prompt is the persona's first message.
 Each action is the assistant's reply; the next state is the user's answer (role "user", kind
 "user_reply") with data {verdict, hint, failed, satisfied, user_source, score}. The session ends
-when the user is satisfied (its message holds the persona's done phrase): outcome +1. When
+when the user is satisfied (the scripted user's rubric passes, or the LLM user's final
+`VERDICT: satisfied` line): outcome +1. When
 `max_turns` (default 8) replies pass without that, the episode is truncated: outcome -1.
 """
 from __future__ import annotations

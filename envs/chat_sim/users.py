@@ -8,8 +8,11 @@ judgement) and hint (the directive part, a hindsight hint for OPD) go into NextS
   LLMUser       a language model plays the persona through the caller's `complete(messages)
                 -> str` (envs import nothing from agent/). Its history is role-swapped as in
                 the paper: its own messages are "assistant", the agent's are "user" prefixed
-                "The AI assistant replied:". A reply that is not usable (the call raised, empty,
-                no letters, far too long, role confusion) falls back to the scripted reply.
+                "The AI assistant replied:". Its verdict is structured: the reply must end with
+                the line `VERDICT: satisfied` or `VERDICT: unsatisfied`, parsed strictly (a done
+                phrase quoted anywhere in the text decides nothing). A reply that is not usable
+                (the call raised, empty, no letters, far too long, role confusion, no verdict
+                line) falls back to the scripted reply.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from envs.chat_sim.rubric import failed_items
 Complete = Callable[[list[dict[str, str]]], str]
 AGENT_PREFIX = "The AI assistant replied:"
 MAX_USER_CHARS = 4000  # a simulated user's message longer than this is treated as nonsense
+VERDICT_LINE = re.compile(r"\AVERDICT: (satisfied|unsatisfied)\Z")  # the whole last line, nothing else
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 
 
@@ -78,8 +82,20 @@ def persona_prompt(p: Persona) -> str:
         "met, answer in character in one to three short sentences: say what you don't like about "
         "it, then say what to change. Never solve, rewrite or grade anything yourself. If every "
         f"preference is met, reply with exactly: {p.satisfied_message}\n"
-        f"Never write {p.done_phrase} unless every preference is met."
+        f"Never write {p.done_phrase} unless every preference is met.\n"
+        "End every reply with one more line, exactly `VERDICT: satisfied` when every preference "
+        "is met, or `VERDICT: unsatisfied` otherwise."
     )
+
+
+def split_verdict(text: str) -> tuple[str, bool | None]:
+    """(the message without its verdict line, satisfied?) from an LLM user's reply; None when
+    the last non-empty line is not exactly a verdict line."""
+    lines = text.rstrip().split("\n")
+    m = VERDICT_LINE.match(lines[-1].strip())
+    if m is None:
+        return text, None
+    return "\n".join(lines[:-1]).strip(), m.group(1) == "satisfied"
 
 
 def _unusable(text: Any, action: str) -> str:
@@ -126,12 +142,14 @@ class LLMUser:
             return rules
         text = _THINK.sub("", raw).strip() if isinstance(raw, str) else raw
         reason = _unusable(text, action)
+        if not reason:
+            text, done = split_verdict(text)
+            reason = "no VERDICT line" if done is None else "" if done else _unusable(text, action)
         if reason:
             rules.fallback_reason = reason
             return rules
-        done = self.persona.done_phrase in text
-        hint = "" if done else text
-        return UserReply(text, +1 if done else -1, hint, rules.failed, done, source="llm")
+        text = text or self.persona.satisfied_message
+        return UserReply(text, +1 if done else -1, "" if done else text, rules.failed, bool(done), source="llm")
 
 
 def make_user(persona: Persona, user: str, complete: Complete | None) -> ScriptedUser | LLMUser:

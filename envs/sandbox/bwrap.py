@@ -31,15 +31,17 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 import weakref
 from typing import Any, NamedTuple
 
-from envs.sandbox import cgroups
+from envs.sandbox import cgroups, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import RawResult, ShellSession, bash_quote, exec_result
 
@@ -137,6 +139,8 @@ class BwrapSandbox:
         self._restarted = False  # tell the next ExecResult that the shell was restarted
         self._cmd_ticks = 0  # when the current command began (clock ticks since boot)
         self._cgroup: cgroups.Group | None = None
+        self._mounts: list[str] = []  # the mount table at start (verify compares)
+        self._keeper_pid = 0  # the holder's `sleep infinity`
         self._closed = False
         _track(self)
         try:
@@ -164,6 +168,9 @@ class BwrapSandbox:
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--size", size, "--perms", "1777", "--tmpfs", "/tmp"]
         args += ["--size", size, "--perms", "0777", "--tmpfs", self.workdir]
+        if self.image is None:  # root-owned and empty until the verifier runs (envs/sandbox/verifier.py)
+            for d in (verifier.TESTS_DIR, verifier.LOGS_DIR):
+                args += ["--size", size, "--perms", "0755", "--tmpfs", d]
         # bwrap reports the child's pid before the mounts are in place: the holder says "ready"
         # on stdout once its root is set up, and then only sleeps.
         args += ["--chdir", self.workdir, "--clearenv", "/bin/sh", "-c", "echo ready; exec sleep infinity"]
@@ -189,24 +196,29 @@ class BwrapSandbox:
             if ready != b"ready\n":
                 raise ValueError("holder did not start")
             self._holder_pid = int(json.loads(raw)["child-pid"])
+            self._mounts = self._mount_table()
+            # bwrap stays pid 1 of the namespace; its one child (`sleep infinity`) keeps it alive.
+            self._keeper_pid = next((p.pid for p in _processes() if p.ppid == self._holder_pid), 0)
         except (ValueError, KeyError):
             err = b""
             if self._holder.poll() is not None and self._holder.stderr is not None:
                 err = self._holder.stderr.read()
             raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace').strip() or raw!r}") from None
 
-    def _start_shell(self) -> None:
+    def _enter(self, ids: list[str], caps: str = "-all") -> list[str]:
+        """argv prefix: into the sandbox's namespaces, under its rlimits, as `ids` with `caps`."""
         lim = self.limits
         rlimits = [f"--as={lim.memory_mb << 20}", f"--nproc={lim.pids}", f"--fsize={lim.disk_mb << 20}", "--core=0"]
-        ids = f"--reuid={self.uid}", f"--regid={self.uid}"
-        args = [
+        return [
             "nsenter", "-t", str(self._holder_pid), "-m", "-p", "-i", "-u", "-C", "-r", "-w",
             *([] if lim.network else ["-n"]),
             "--", "prlimit", *rlimits, "--",
-            "setpriv", *ids, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+            "setpriv", *ids, "--clear-groups", f"--inh-caps={caps}", f"--bounding-set={caps}",
             "--no-new-privs", "--pdeathsig=KILL", "--",
-            "/bin/bash", "--noprofile", "--norc",
         ]
+
+    def _start_shell(self) -> None:
+        args = [*self._enter([f"--reuid={self.uid}", f"--regid={self.uid}"]), "/bin/bash", "--noprofile", "--norc"]
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "USER": "sandbox",
             "LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1",
@@ -331,6 +343,104 @@ class BwrapSandbox:
         raw, _ = self._run(cmd, START_TIMEOUT_S + len(blob) / 1e7, 4096, stdin_data=blob)
         if raw.exit_code != 0:
             raise SandboxError(f"copy_in({local_dir!r}, {dest!r}) failed: {raw.stderr.decode(errors='replace').strip()}")
+
+    # ---- the verifier (envs/sandbox/verifier.py) ------------------------------------------------
+    def _mount_table(self) -> list[str]:
+        """The sandbox's mounts: mount point and options (fields 5 and 6 of mountinfo)."""
+        with open(f"/proc/{self._holder_pid}/mountinfo") as f:
+            return sorted(" ".join(line.split()[4:6]) for line in f)
+
+    def _namespace_pids(self) -> list[int]:
+        """Host pids of every process in the sandbox's pid namespace but its holder."""
+        try:
+            ns = os.readlink(f"/proc/{self._holder_pid}/ns/pid")
+        except OSError:
+            return []
+        pids = []
+        for p in _processes():
+            try:
+                if p.pid not in (self._holder_pid, self._keeper_pid) and os.readlink(f"/proc/{p.pid}/ns/pid") == ns:
+                    pids.append(p.pid)
+            except OSError:
+                pass
+        return pids
+
+    def _kill_namespace(self) -> None:
+        """SIGKILL every process of the sandbox but its holder, until none is left."""
+        for _ in range(50):
+            victims = self._namespace_pids()
+            if not victims:
+                return
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.002)
+
+    def _snapshot(self) -> list[dict]:
+        """The agent's processes: pid as the sandbox sees it, state, argv."""
+        out = []
+        for p in _processes():
+            if p.uid != self.uid:
+                continue
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    nspid = next(line.split()[-1] for line in f if line.startswith("NSpid:"))
+                with open(f"/proc/{p.pid}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")[:-1]
+            except (OSError, StopIteration):
+                continue
+            out.append({"pid": int(nspid), "state": stat[stat.rfind(")") + 2:].split()[0], "cmdline": argv})
+        return sorted(out, key=lambda d: d["pid"])
+
+    def verify(self, tests_dir: str, script: str, workdir: str, timeout: float) -> verifier.Verification:
+        """Kill the agent, copy the tests in, run them as root (envs/sandbox/verifier.py). The
+        sandbox's root is read-only outside /tmp and the work dir, so what the agent changed
+        outside them shows only as a change of its mounts."""
+        with self._lock:
+            if self._closed or not self.is_alive():
+                raise SandboxError("the bwrap sandbox is closed or died")
+            if self.image is not None:
+                raise SandboxError("the verifier needs the host-root sandbox (image=None): it mounts /tests and /logs")
+            processes = self._snapshot()
+            self._stop_shell()
+            self._kill_namespace()
+            now = self._mount_table()
+            changes = [("M", line.split()[0]) for line in sorted(set(now) ^ set(self._mounts))]
+            changed, tampered = verifier.outside(changes, [])
+            root = f"/proc/{self._holder_pid}/root"
+            for d in (verifier.TESTS_DIR, verifier.LOGS_DIR):
+                for entry in os.listdir(root + d):
+                    shutil.rmtree(os.path.join(root + d, entry))
+            shutil.copytree(tests_dir, root + verifier.TESTS_DIR, dirs_exist_ok=True)
+            for d in ("verifier", "home", "agent"):
+                os.makedirs(f"{root}{verifier.LOGS_DIR}/{d}", mode=0o755)
+            with open(root + verifier.PROCESSES_FILE, "w") as f:
+                json.dump(processes, f)
+            caps = "-all," + ",".join(f"+{c.lower()}" for c in verifier.CAPS)
+            as_root = self._enter(["--reuid=0", "--regid=0"], caps)
+            with tempfile.TemporaryFile() as log:
+                try:
+                    rc = subprocess.run([*as_root, *verifier.command(script, workdir, timeout)], stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT, timeout=timeout + 30).returncode
+                except subprocess.TimeoutExpired:
+                    rc = 124
+                self._kill_namespace()  # nothing the tests started may touch the reward once they are done
+                size = log.seek(0, os.SEEK_END)
+                log.seek(0)
+                text = log.read(verifier.MAX_LOG).decode("utf-8", "replace")
+                if size > verifier.MAX_LOG:
+                    log.seek(max(verifier.MAX_LOG, size - verifier.MAX_LOG))
+                    text += "\n[...]\n" + log.read().decode("utf-8", "replace")
+            # Read inside the sandbox: a symlink the tests left resolves there, not on the host.
+            r = subprocess.run([*as_root, "/usr/bin/head", "-c", "4096", verifier.REWARD_FILE], stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=30)
+            reward = r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
+            self._kill_namespace()
+        return verifier.Verification(reward, verifier.cap(text), rc in (124, 137), changed, tampered, processes)
 
     def is_alive(self) -> bool:
         return not self._closed and self._holder is not None and self._holder.poll() is None

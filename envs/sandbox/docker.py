@@ -24,6 +24,7 @@ where the engine's storage can cap it (overlay2 on xfs with pquota), not on ext4
 from __future__ import annotations
 
 import io
+import json
 import os
 import posixpath
 import secrets
@@ -36,6 +37,7 @@ from typing import Any, Callable
 import docker
 import requests
 
+from envs.sandbox import verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
@@ -45,6 +47,7 @@ from envs.sandbox.shell import (
 )
 
 DEFAULT_USER = "agent"
+ENGINE_FILES = ("/usr/sbin/docker-init",)  # what the engine itself adds to a container (docker diff shows it)
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -99,6 +102,7 @@ def create_container(
     labels: dict[str, str],
     cap_drop: tuple[str, ...] = ("ALL",),
     url: str | None = None,
+    cap_add: tuple[str, ...] = ("KILL", *verifier.CAPS),
 ) -> str:
     """Create and start a container that idles under `init` (`sleep infinity`) on engine `url`
     (None: the primary); returns its id."""
@@ -119,6 +123,9 @@ def create_container(
             nano_cpus=int(limits.cpus * 1e9),
             init=True,
             cap_drop=list(cap_drop),
+            # Only root processes can use these (the holder, the verifier's execs): the sandbox
+            # user's processes run with no capabilities, and no-new-privileges keeps it so.
+            cap_add=list(cap_add),
             security_opt=["no-new-privileges"],
         )
         try:
@@ -494,6 +501,76 @@ class DockerSandbox:
             for entry in sorted(os.listdir(local_dir)):
                 tar.add(os.path.join(local_dir, entry), arcname=entry, filter=owned)
         self._put(self._path(dest), buf.getvalue())
+
+    # ---- the verifier (envs/sandbox/verifier.py) ------------------------------------------------
+    def _root_exec(self, argv: list[str], workdir: str = "/") -> tuple[int | None, str]:
+        """Run argv as root in a new exec (nothing of the agent's shell); exit code and output."""
+        try:
+            ex = self._api.exec_create(self.id, argv, user="0", workdir=workdir, stdout=True, stderr=True)["Id"]
+            out = bytearray()
+            for chunk in self._api.exec_start(ex, stream=True):
+                out += chunk
+                if len(out) > 4 * verifier.MAX_LOG:  # keep the head and the tail
+                    out = out[: verifier.MAX_LOG] + b"\n[...]\n" + out[-verifier.MAX_LOG:]
+            return self._api.exec_inspect(ex).get("ExitCode"), out.decode("utf-8", "replace")
+        except API_ERRORS as e:
+            raise self._infra_error(f"verifier exec failed: {e}") from e
+
+    def _root_tar(self, tests_dir: str, processes: list[dict]) -> bytes:
+        """/tests (a copy of tests_dir) and /logs, every entry owned by root."""
+        def root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+            return info
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(tests_dir, arcname=verifier.TESTS_DIR.lstrip("/"), filter=root)
+            for d in ("logs", "logs/verifier", "logs/home", "logs/agent"):
+                info = root(tarfile.TarInfo(d))
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            blob = json.dumps(processes).encode()
+            info = root(tarfile.TarInfo(verifier.PROCESSES_FILE.lstrip("/")))
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+        return buf.getvalue()
+
+    def verify(self, tests_dir: str, script: str, workdir: str, timeout: float,
+               writable: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")) -> verifier.Verification:
+        """Kill the agent, copy the tests in, run them as root (envs/sandbox/verifier.py). The
+        container is stopped afterwards: the episode is over."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("sandbox is closed")
+            if self._uid == 0:
+                raise SandboxError("the verifier needs the agent to be a user other than root")
+            self._close_shell()
+            _, out = self._root_exec(["/usr/bin/python3", "-c", verifier.SEAL_PY, str(self._uid)])
+            try:
+                processes = json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                raise self._infra_error(f"cannot stop the agent's processes: {out[-300:]!r}") from None
+            try:
+                kinds = {0: "C", 1: "A", 2: "D"}
+                diff = [(kinds.get(d["Kind"], "?"), d["Path"]) for d in self._api.diff(self.id) or []]
+            except API_ERRORS as e:
+                raise self._infra_error(f"docker diff failed: {e}") from e
+            changed, tampered = verifier.outside(diff, [*writable, self.workdir, *ENGINE_FILES])
+            self._root_exec(["/bin/rm", "-rf", "--", verifier.TESTS_DIR, verifier.LOGS_DIR])
+            self._put("/", self._root_tar(tests_dir, processes))
+            rc, log = self._root_exec(verifier.command(script, workdir, timeout))
+            try:  # nothing the tests started may touch the reward once they are done
+                self._api.kill(self.id)
+                self._api.wait(self.id, timeout=30)
+            except API_ERRORS as e:
+                raise self._infra_error(f"cannot stop the container after the tests: {e}") from e
+        try:
+            reward: str | None = self.read_file(verifier.REWARD_FILE, 4096).decode("utf-8", "replace")
+        except (FileNotFoundError, IsADirectoryError, ValueError):
+            reward = None
+        return verifier.Verification(reward, verifier.cap(log), rc in (124, 137), changed, tampered, processes)
 
     def is_alive(self) -> bool:
         return not self._closed and self._container_running()

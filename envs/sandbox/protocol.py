@@ -9,7 +9,10 @@ not an error: its `ExecResult` says which limit fired.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from envs.sandbox.verifier import Verification
 
 
 class SandboxError(RuntimeError):
@@ -69,6 +72,10 @@ class Sandbox(Protocol):
 
     def copy_in(self, local_dir: str, dest: str) -> None:
         """Copy a host folder's contents into `dest` inside the sandbox."""
+        ...
+
+    def verify(self, tests_dir: str, script: str, workdir: str, timeout: float) -> Verification:
+        """End the agent's part and run a task's verifier out of its reach (verifier.py)."""
         ...
 
     def is_alive(self) -> bool: ...

@@ -6,8 +6,9 @@ The prompt is the instance's problem statement. Each turn the agent makes one to
   submit {}                          end: the patch is `git diff` of the work tree vs base_commit
 The next state is the command's output (kind "shell", role "tool"; data: exit_code, timed_out,
 truncated, tests). At submit the patch is graded in a fresh sandbox from the same image
-(grading.py: swebench's report on FAIL_TO_PASS / PASS_TO_PASS): outcome +1 resolved, -1 not;
-the next state is then kind "tests".
+(grading.py: swebench's report on FAIL_TO_PASS / PASS_TO_PASS, after the test files and test
+infrastructure the patch touched are put back to base_commit; data["reverted"] lists them):
+outcome +1 resolved, -1 not; the next state is then kind "tests".
 
 Rules verdict (next_state.data["verdict"], read by the rules judge):
   -1  the action failed because of the agent: malformed call, unknown tool, an edit error, a
@@ -233,7 +234,8 @@ class SWEEnv(AgentEnv):
             sb.close()
         verdict = 1 if result.resolved else -1
         data = {"resolved": result.resolved, "patch_applied": result.patch_applied, "timed_out": result.timed_out,
-                "tests_status": result.report.get("tests_status"), "patch": patch, "verdict": verdict}
+                "tests_status": result.report.get("tests_status"), "patch": patch, "verdict": verdict,
+                "reverted": result.reverted}
         content = cap_text(result.summary(), self.max_obs_chars)
         status = Status.ENV_ERROR if result.timed_out else Status.OK
         return StepResult(NextState("tool", content, "tests", data), status, done=True, outcome=float(verdict))

@@ -1,10 +1,25 @@
 """Grade a patch the SWE-bench way, offline, with the `swebench` package's own pieces.
 
 In a fresh sandbox from the instance's image: check out base_commit, apply the model patch
-(`git apply`, then `patch --fuzz` as SWE-bench does), run the eval script (apply the test patch,
-run the test files between swebench's output markers, record the test command's exit code),
-and hand the log to `swebench.harness.grading.get_eval_report`, which parses it with the
-instance's log parser (pytest by default) and decides FAIL_TO_PASS / PASS_TO_PASS resolution.
+(`git apply`, then `patch --fuzz` as SWE-bench does), put every piece of test infrastructure the
+patch touched back to base_commit (`restore_test_infra`), run the eval script (apply the test
+patch, run the test files between swebench's output markers, record the test command's exit
+code) in a clean environment, and hand the log to `swebench.harness.grading.get_eval_report`,
+which parses it with the instance's log parser (pytest by default) and decides FAIL_TO_PASS /
+PASS_TO_PASS resolution.
+
+Test infrastructure is whatever decides how tests run or report rather than what they test, so
+a patch may not change it (upstream SWE-bench grades a patch that adds a conftest.py forcing
+every report to "passed" as resolved). Reverted: the files the test patch or the tests' ids
+name; test files by path (test_*.py, *_test.py, anything under a tests/, test/ or testing/
+folder); conftest.py, pytest.ini, .pytest.ini, tox.ini, sitecustomize.py, usercustomize.py,
+*.pth and *.pyc at any depth; *.egg-info/ and *.dist-info/ (their entry points load pytest
+plugins); and setup.cfg / pyproject.toml as whole files when either side has a pytest section
+([tool:pytest], [pytest], [tool.pytest...]): a section cannot be reverted alone without parsing
+the format, and a fix rarely needs to change such a file together with its test settings. The
+rest of such a file (packaging, dependencies) stays the agent's when it has no pytest section.
+What remains out of reach: source code the tests import can still patch the test framework at
+import time (docs/threat_model.md).
 
 What is used from swebench 5.0.2 and why not more:
 - `swebench.types.TestSpec` is built here directly. `harness.utils.make_test_spec` builds the
@@ -29,11 +44,21 @@ import types
 from typing import Any
 
 from envs.sandbox import Sandbox
+from envs.sandbox.shell import bash_quote
 
 WORKDIR = "/testbed"
 SCRATCH = "/tmp/openclaw-swe"  # outside the repository, so `git diff` never sees it
 DEFAULT_TEST_CMD = "python3 -m pytest -rA -p no:cacheprovider"
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+_TEST_INFRA = re.compile(
+    r"(^|/)(tests?|testing)/"  # a test folder, at any depth
+    r"|(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|\.?pytest\.ini|tox\.ini|sitecustomize\.py|usercustomize\.py)$"
+    r"|\.(pth|pyc)$|(^|/)[^/]+\.(egg|dist)-info(/|$)"
+)
+_SETTINGS_FILE = re.compile(r"(^|/)(setup\.cfg|pyproject\.toml)$")
+_PYTEST_SECTION = re.compile(r"^\s*\[\s*(tool:pytest|pytest|tool\.pytest[^\]]*)\s*\]", re.M)
+# Fixed for the eval script: nothing the image's shell could carry in changes how tests run.
+CLEAN_ENV = "env -u BASH_ENV -u ENV -u PYTHONSTARTUP -u PYTEST_ADDOPTS -u PYTEST_PLUGINS PYTHONNOUSERSITE=1"
 
 
 def _harness() -> types.SimpleNamespace:
@@ -126,6 +151,7 @@ class Grade:
     timed_out: bool
     report: dict[str, Any]  # swebench's per-instance report (with tests_status when the tests ran)
     log: str  # the eval log (apply output, test output, markers)
+    reverted: list[str] = dataclasses.field(default_factory=list)  # test infrastructure put back to base
 
     def summary(self) -> str:
         if not self.patch_applied:
@@ -137,6 +163,9 @@ class Grade:
         else:
             head = "Resolved" if self.resolved else "Not resolved"
         lines = [head + "."]
+        if self.reverted:
+            lines.append(f"Test infrastructure reverted to the base commit before testing: {', '.join(self.reverted[:10])}"
+                         + (f" (+{len(self.reverted) - 10} more)" if len(self.reverted) > 10 else ""))
         status = self.report.get("tests_status") or {}
         for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
             if key in status:
@@ -151,6 +180,32 @@ def checkout_base(sb: Sandbox, base_commit: str, timeout: float = 60.0) -> None:
                 timeout=timeout, workdir=WORKDIR)
     if not r.ok:
         raise RuntimeError(f"cannot check out {base_commit} in {WORKDIR}: {(r.stdout + r.stderr).strip()[-500:]}")
+
+
+def _git(sb: Sandbox, command: str, timeout: float = 60.0) -> str:
+    r = sb.exec(command, timeout=timeout, max_output=1 << 20, workdir=WORKDIR)
+    if not r.ok:
+        raise RuntimeError(f"{command[:80]} failed in {WORKDIR}: {(r.stdout + r.stderr).strip()[-500:]}")
+    return r.stdout
+
+
+def restore_test_infra(sb: Sandbox, record: dict[str, Any]) -> list[str]:
+    """Put every test file and piece of test infrastructure the work tree changed since
+    base_commit back as it was there (a file new since then is deleted); the paths, sorted."""
+    base = str(record["base_commit"])
+    changed = [p for p in _git(sb, f"git add -A && git diff --cached --no-renames --name-only -z {base}").split("\0") if p]
+    named = set(test_files(record))
+    infra = [p for p in changed if p in named or _TEST_INFRA.search(p)]
+    for p in (p for p in changed if _SETTINGS_FILE.search(p)):
+        q = bash_quote(p)
+        sides = sb.exec(f"git show {base}:{q}; cat -- {q}", timeout=30, max_output=1 << 20, workdir=WORKDIR).stdout
+        if _PYTEST_SECTION.search(sides):
+            infra.append(p)
+    for p in infra:
+        q = bash_quote(p)
+        _git(sb, f"if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; "
+                 f"else git rm -q -r -f --cached --ignore-unmatch -- {q} && rm -rf -- {q}; fi")
+    return sorted(infra)
 
 
 def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: float = 120.0) -> Grade:
@@ -171,9 +226,12 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: 
             applied = False
             log.append(f"{c.APPLY_PATCH_FAIL}:\n")
     timed_out = False
+    reverted: list[str] = []
     if applied:
+        reverted = restore_test_infra(sb, record)
         sb.write_file(f"{SCRATCH}/eval.sh", eval_script(record))
-        r = sb.exec(f"bash {SCRATCH}/eval.sh", timeout=timeout, max_output=4 * 1024 * 1024, workdir=WORKDIR)
+        r = sb.exec(f"{CLEAN_ENV} bash --noprofile --norc {SCRATCH}/eval.sh", timeout=timeout,
+                    max_output=4 * 1024 * 1024, workdir=WORKDIR)
         log.append(r.stdout + r.stderr)
         if r.timed_out:
             timed_out = True
@@ -189,4 +247,4 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: 
     finally:
         os.unlink(path)
     return Grade(resolved=bool(report.get("resolved")), patch_applied=applied, timed_out=timed_out,
-                 report=report, log=text)
+                 report=report, log=text, reverted=reverted)

@@ -5,9 +5,17 @@ The agent acts with one tool call per turn:
                            next state (role "tool", kind "shell") is stdout, stderr, the exit code
                            and the working directory; data = {exit_code, stdout, stderr, cwd,
                            timed_out, truncated, verdict}.
-  submit()                 ends the episode: the task's tests/test.sh runs in the sandbox and
-                           writes a reward acc in [0, 1] to /logs/verifier/reward.txt (Harbor's
-                           convention); the outcome is 2*acc - 1 (kind "tests").
+  submit()                 ends the episode: every process of the agent is killed, then the
+                           task's tests/test.sh runs in the sandbox out of the agent's reach
+                           (envs/sandbox/verifier.py: copied in only now to a root-owned /tests,
+                           run as root in a fresh process with a fixed environment) and writes a
+                           reward acc in [0, 1] to /logs/verifier/reward.txt (Harbor's
+                           convention); the outcome is 2*acc - 1 (kind "tests"). Tests that look
+                           at processes read /logs/agent/processes.json (the agent's processes
+                           at submit: pid, state, cmdline), and run as root with HOME=/logs/home.
+                           data.changed_outside lists what the agent changed outside its
+                           writable areas; a change under a system path (/usr, /etc, ...) is
+                           data.tampered: the outcome is then -1 whatever the tests said.
 At the turn limit (default 10) the last action (whatever its status) is followed by the tests
 too, so every episode not cut by infrastructure or the deadline gets the verifier's outcome.
 
@@ -31,16 +39,11 @@ Progress on the checked outputs is not scored per step: the tests are hidden fro
 (copied in only at the end) and running them every turn would cost a verifier run per step.
 
 Backends: `sandbox="docker"` (default; tasks with environment/Dockerfile need it: the image is
-built once with no network and cached by content hash) or "bwrap" (tasks with setup.sh only;
-its root is read-only, so /tests and /logs/verifier live under /tmp/.verifier and test.sh's
-references to them are rewritten).
+built once with no network and cached by content hash) or "bwrap" (tasks with setup.sh only).
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,7 @@ import numpy as np
 
 from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
 from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
-from envs.sandbox.shell import bash_quote
+from envs.sandbox.verifier import Verification
 from envs.terminal.tasks import BUNDLED, load_suite
 from envs.tool_calls import ParsedAction, ToolCall, function_schema, parse_action, render_tool_call
 
@@ -61,7 +64,6 @@ The shell persists between calls (cd and exported variables stay). A command may
 tests will check the result."""
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # binary bytes that are not layout
-REWARD_PATH = "/logs/verifier/reward.txt"
 
 
 def _clean(text: str) -> str:
@@ -262,45 +264,38 @@ class TerminalEnv(AgentEnv):
         whose status and state come first."""
         assert self.task is not None
         try:
-            acc, log = self._verify(self.task)
+            acc, log, v = self._verify(self.task)
         except SandboxError as e:
             return self._infra(f"the sandbox failed while running the tests: {e}")
         summary = f"[{why}: the task's tests gave reward {acc:g}]"
+        if v.tampered:
+            summary = f"[{why}: no reward: system files were changed ({', '.join(v.tampered[:5])})]"
         data: dict[str, Any] = dict(last.next_state.data) if last is not None else {}
-        data.update({"reward": acc, "tests_passed": acc >= 1.0, "verifier_log": log, "verdict": _verdict(acc), "ended_by": why})
+        data.update({"reward": acc, "tests_passed": acc >= 1.0, "verifier_log": log, "verdict": _verdict(acc), "ended_by": why,
+                     "changed_outside": v.changed, "tampered": v.tampered})
         content = summary if last is None else f"{last.next_state.content}\n\n{summary}"
         status = last.status if last is not None else Status.OK
         return StepResult(NextState("tool", content, "tests", data), status, done=True, outcome=2.0 * acc - 1.0)
 
-    def _verify(self, task: Task) -> tuple[float, str]:
-        """Copy tests/ in, run test.sh from the work dir, read the reward (missing or bad -> 0)."""
-        root = "/" if self.backend == "docker" else "/tmp/.verifier"
-        tests_dir, logs_dir = os.path.join(root, "tests"), os.path.join(root, "logs", "verifier")
-        script = (Path(task.meta["dir"]) / "tests" / "test.sh").read_text()
-        if root != "/":
-            script = script.replace("/logs/verifier", logs_dir).replace("/tests/", tests_dir + "/")
-        with tempfile.TemporaryDirectory(prefix="openclaw-verifier-") as tmp:
-            shutil.copytree(Path(task.meta["dir"]) / "tests", os.path.join(tmp, "tests"))
-            Path(tmp, "tests", "test.sh").write_text(script)
-            os.makedirs(os.path.join(tmp, "logs", "verifier"))
-            assert self._sb is not None
-            t0 = time.monotonic()
-            try:
-                self._sb.exec(f"rm -rf {tests_dir} {logs_dir}/*", timeout=10.0)
-                self._sb.copy_in(tmp, root)
-            finally:
-                self.sandbox_s += time.monotonic() - t0
-        reward_file = os.path.join(logs_dir, "reward.txt")
-        wd = bash_quote(self._workdir)
-        r = self._exec(f"(builtin cd -- {wd} && bash {tests_dir}/test.sh) </dev/null 2>&1; echo \"__RC=$?\"; builtin cd -- {wd}",
-                       task.meta["verifier_timeout_s"], 32_768)
-        got = self._exec(f"cat {reward_file} 2>/dev/null", 10.0, 4096).stdout.strip()
-        log = cap_text(_clean(r.stdout), 4000) + ("\n[verifier timed out]" if r.timed_out else "")
+    def _verify(self, task: Task) -> tuple[float, str, Verification]:
+        """Run tests/test.sh out of the agent's reach (envs/sandbox/verifier.py) and read the
+        reward (missing or bad -> 0; a change to system paths -> 0 whatever the tests said)."""
+        assert self._sb is not None
+        tests = Path(task.meta["dir"]) / "tests"
+        t0 = time.monotonic()
+        try:
+            v = self._sb.verify(str(tests), (tests / "test.sh").read_text(), self._workdir, task.meta["verifier_timeout_s"])
+        finally:
+            self.sandbox_s += time.monotonic() - t0
+        log = _clean(v.log) + ("\n[verifier timed out]" if v.timed_out else "")
+        got = (v.reward_text or "").strip()
         try:
             acc = float(got.split()[0]) if got else 0.0
         except ValueError:
-            return 0.0, log + f"\n[reward file held {got[:100]!r}, not a number]"
-        return (min(1.0, max(0.0, acc)) if acc == acc else 0.0), log
+            return 0.0, log + f"\n[reward file held {got[:100]!r}, not a number]", v
+        if v.tampered:
+            return 0.0, log + f"\n[tampered: {', '.join(v.tampered)}]", v
+        return (min(1.0, max(0.0, acc)) if acc == acc else 0.0), log, v
 
     def _invalid(self, error: str) -> StepResult:
         hint = 'Call tools as <tool_call>{"name": "bash", "arguments": {"command": "..."}}</tool_call>, or submit when done.'

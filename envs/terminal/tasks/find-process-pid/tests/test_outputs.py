@@ -1,5 +1,6 @@
 # Checks the task's results (run from the work dir); exits non-zero on failure.
-import os
-import os
+# The agent's processes are gone when the tests run: /logs/agent/processes.json lists them as they were at submit.
+import json
+procs = {p["pid"]: p for p in json.load(open("/logs/agent/processes.json"))}
 pid = int(open("pid.txt").read().strip())
-assert open(f"/proc/{pid}/cmdline").read().split("\0")[:2] == ["sleep", "7777"]
+assert procs[pid]["cmdline"][:2] == ["sleep", "7777"]
