@@ -145,6 +145,11 @@ def test_bad_task_lists_get_one_clear_line(tasks, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+def test_unknown_tool_is_refused():
+    with pytest.raises(ValueError, match="env.tool must be none or python, got 'bash'"):
+        ReasoningEnv(tasks=SMALL, tool="bash")
+
+
 def test_random_actions_and_check_env():
     env = gymnasium.make("openclaw/Reasoning-v0", tasks=SMALL).unwrapped
     with warnings.catch_warnings(record=True) as caught:
@@ -178,6 +183,7 @@ def test_python_tool_mode_runs_code_then_grades_the_reply():
         env.close()
 
 
+@pytest.mark.slow  # two runs of the CLI: ~15 s on a quiet machine, 50 s on a loaded one
 def test_cli_runs_a_task_list_typed_with_hydra_and_refuses_a_bad_name_in_one_line(tmp_path):
     tasks = "env.tasks=[leg_counting,{name:chain_sum,size:6,config:{max_terms:2,max_digits:1},label:cs}]"
     p = run_cli("env=reasoning", tasks, "policy=oracle", "mode=eval", "steps=1", "tasks_per_step=6", "n_envs=2",
