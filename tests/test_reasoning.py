@@ -29,6 +29,7 @@ def _reply(env: ReasoningEnv, task_id: str, action: str) -> tuple[float, dict]:
 
 def test_oracle_solves_every_task_of_every_shipped_family_train_and_held_out():
     env = ReasoningEnv(tasks=SHIPPED)
+    assert ReasoningEnv().specs == env.specs  # the constructor's default is the config's
     split = env.task_split(40, seed=0)
     assert {t.split("/")[0] for t in split.train} == {s.label for s in parse_specs(SHIPPED)}
     for task_id in split.train + split.held_out:

@@ -19,7 +19,7 @@ from reasoning_gym.dataset import ProceduralDataset
 
 from envs.base import NextState, Status, StepResult, Task, TaskSplit
 from envs.reasoning.answers import extract_answer, format_answer
-from envs.reasoning.tasks import TaskSpec, held_out_id, held_out_seed, parse_id, parse_specs, train_id
+from envs.reasoning.tasks import DEFAULT_TASKS, TaskSpec, held_out_id, held_out_seed, parse_id, parse_specs, train_id
 from envs.tool_calls import parse_action, render_tool_call
 from envs.toolcall.env import TOOL_NAME, ToolCallEnv
 
@@ -37,7 +37,7 @@ class ReasoningEnv(ToolCallEnv):
 
     def __init__(
         self,
-        tasks: Any = ("chain_sum",),
+        tasks: Any = DEFAULT_TASKS,
         seed: int = 0,
         threshold: float = 1.0,
         tool: str | None = None,
