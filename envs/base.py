@@ -266,6 +266,7 @@ ENVS: dict[str, tuple[str, str]] = {
     "swe": ("openclaw/SWE-v0", "envs.swe.env:SWEEnv"),
     "toolcall": ("openclaw/ToolCall-v0", "envs.toolcall.env:ToolCallEnv"),
     "chat_sim": ("openclaw/ChatSim-v0", "envs.chat_sim.env:ChatSimEnv"),
+    "reasoning": ("openclaw/Reasoning-v0", "envs.reasoning.env:ReasoningEnv"),
 }
 for _env_id, _entry in ENVS.values():
     register(_env_id, _entry)

@@ -92,7 +92,10 @@ class EnvMaker:
     def __call__(self) -> AgentEnv:
         if self.docker is not None:
             use_docker_hosts(**self.docker)
-        return self.cls(**self.opts)
+        try:
+            return self.cls(**self.opts)
+        except ValueError as e:  # an option's value the env refuses: its own one-line message
+            raise ConfigError(f"env={self.cls.__name__}: {e}") from None
 
 
 def sandbox_backend(name: str) -> str:

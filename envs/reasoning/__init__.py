@@ -1,0 +1,1 @@
+"""reasoning-gym task families with their own verifiers (see env.py)."""
