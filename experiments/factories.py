@@ -30,11 +30,11 @@ from learner.scorer import MODE_SIGNALS, NextStateScorer
 from learner.training import Training
 
 
+log = logging.getLogger(__name__)
+
+
 class ConfigError(ValueError):
     """A run misconfigured by the user; the message says what to do."""
-
-
-log = logging.getLogger(__name__)
 
 
 _ENV_RESERVED = ("name", "id", "entry_point", "user_llm", "via_proxy")
@@ -192,10 +192,7 @@ class Policy:
         return self.make_actor if self.sampled is None else self.sampled(sampling)
 
     async def aclose(self) -> None:
-        for fn in reversed(self._close):
-            r = fn()
-            if inspect.isawaitable(r):
-                await r
+        await close_all(self._close)
         self._close.clear()
 
 

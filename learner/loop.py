@@ -136,7 +136,7 @@ async def run_loop(
     # Row k carries the held-out figures of the policy after k updates (measured before step k
     # trains) when eval_due(k); the figures after the last update go into one more,
     # evaluation-only row. Without a trainer the policy never changes: its first row has them.
-    due = evaluator is not None and eval_due(start_step, cfg, start_step)
+    due = evaluator is not None and start_step < cfg.steps and eval_due(start_step, cfg, start_step)
     held_out = await evaluator() if due else {}
     try:
         for step in range(start_step, cfg.steps):

@@ -16,6 +16,7 @@ from experiments.run import experiment
 from learner.evaluation import EpisodeEvaluator, HeldOutResult, eval_jobs
 from learner.loop import LoopConfig, eval_due
 from learner.runlog import RunLog
+from learner.wandb_log import flatten
 from tests.test_run_cli import REPO, run_cli
 from tests.toy_envs import CountdownEnv, InfraFailEnv
 
@@ -49,6 +50,8 @@ def test_estimates_equal_the_hand_computed_ones():
     assert row["heldout/pass@1"] == est["pass@1"].value and row["heldout/pass@1_n"] == 11
     assert row["heldout/pass@k_lo"] == 0.0 and row["heldout/k"] == 2 and row["heldout/excluded"] == 5
     assert row["heldout/outcomes"]["b"] == [-1.0, -1.0, None, -1.0]
+    wandb = flatten(row)  # W&B gets the same names, and no series per task
+    assert wandb["heldout/pass@1"] == 0.5 and not any(k.startswith("heldout/outcomes") for k in wandb)
     table = result.table()
     assert "| pass@1 | 0.500 | [0.280, 0.787] | 11 episodes |" in table
     assert "| pass@2 | 0.611 | [0.000, 1.000] | 3 tasks |" in table
@@ -103,14 +106,28 @@ def test_oracle_passes_every_held_out_task_and_infra_failures_are_excluded():
         runner.close()
 
 
+def run_in_process(run_dir, *overrides: str) -> list[dict]:
+    with initialize_config_dir(config_dir=str(REPO / "experiments" / "conf"), version_base=None):
+        cfg = compose("config", overrides=["policy=oracle", "mode=eval", *overrides, f"run_dir={run_dir}", "progress=false"])
+    return asyncio.run(experiment(cfg, RunLog(run_dir)))
+
+
+def test_rollouts_draw_only_training_tasks(tmp_path):
+    rows = run_in_process(tmp_path, *COUNTDOWN, "steps=3", "tasks_per_step=4", "eval.n_tasks=2")
+    split = json.loads((tmp_path / "tasks.json").read_text())
+    assert len(split["held_out"]) == 2 and sorted(split["train"] + split["held_out"]) == ["n2", "n3", "n4", "n5"]
+    drawn = {json.loads(line)["task_id"] for line in (tmp_path / "turns.jsonl").read_text().splitlines()}
+    assert drawn == set(split["train"])  # 12 draws over 4 tasks would hit a held-out one (p = 1 - 2^-12)
+    # without a trainer the policy never changes: the first row carries the held-out figures
+    assert [r["step"] for r in rows if "heldout/pass@1" in r] == [0] and rows[0]["heldout/pass@1"] == 1.0
+    assert set(rows[0]["heldout/outcomes"]) == set(split["held_out"])
+
+
 def test_same_eval_seed_holds_out_the_same_tasks_for_every_run_seed(tmp_path):
     def split(seed: int, eval_seed: int) -> dict:
         run_dir = tmp_path / f"s{seed}-e{eval_seed}"
-        with initialize_config_dir(config_dir=str(REPO / "experiments" / "conf"), version_base=None):
-            cfg = compose("config", overrides=["env=toolcall", "sandbox=bwrap", "policy=oracle", "mode=eval", "steps=0",
-                                               f"seed={seed}", f"eval.seed={eval_seed}", "eval.n_tasks=8",
-                                               f"run_dir={run_dir}", "progress=false"])
-        asyncio.run(experiment(cfg, RunLog(run_dir)))
+        run_in_process(run_dir, "env=toolcall", "sandbox=bwrap", "steps=0", f"seed={seed}", f"eval.seed={eval_seed}",
+                       "eval.n_tasks=8")
         return json.loads((run_dir / "tasks.json").read_text())
 
     a, b, other = split(0, 1234), split(1, 1234), split(0, 99)
