@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agent.actors import Action, Actor
 from agent.policy.base import PolicyUnavailable
 from agent.turn import Turn
-from envs.base import AgentEnv, NextState, Status
+from envs.base import AgentEnv, NextState, Status, TaskSplit
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,16 @@ class Runner:
 
     async def task_ids(self) -> list[str]:
         """The env's task ids (asks one pooled env)."""
+        return list(await self._ask_env(lambda env: env.task_ids()))
+
+    async def task_split(self, n_held_out: int, seed: int) -> TaskSplit:
+        """The env's training / held-out split (asks one pooled env; see AgentEnv.task_split)."""
+        return await self._ask_env(lambda env: env.task_split(n_held_out, seed))
+
+    async def _ask_env(self, fn: Callable[[AgentEnv], Any]) -> Any:
         env = await self._take_env()
         try:
-            return list(await self._call(env.task_ids, timeout=self.step_timeout_s, which="step"))
+            return await self._call(fn, env, timeout=self.step_timeout_s, which="step")
         finally:
             self._idle.append(env)
 

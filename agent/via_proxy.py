@@ -30,7 +30,7 @@ from agent.policy.base import SamplingParams
 from agent.proxy import Proxy
 from agent.rollout import Episode, EpisodeJob, Runner
 from agent.turn import Turn
-from envs.base import AgentEnv, NextState
+from envs.base import AgentEnv, NextState, TaskSplit
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def _join(proxy_turn: Turn, env_turn: Turn) -> Turn:
 
 
 class ProxyRollouts:
-    """A Runner (same `run`, `task_ids`, `close`, `on_turn`) whose turns are the proxy's records."""
+    """A Runner (same `run`, `task_ids`, `task_split`, `close`, `on_turn`) whose turns are the proxy's records."""
 
     def __init__(self, runner: Runner, wait_s: float = 60.0) -> None:
         self.runner = runner
@@ -161,6 +161,9 @@ class ProxyRollouts:
 
     async def task_ids(self) -> list[str]:
         return await self.runner.task_ids()
+
+    async def task_split(self, n_held_out: int, seed: int) -> TaskSplit:
+        return await self.runner.task_split(n_held_out, seed)
 
     async def run(self, jobs: list[EpisodeJob]) -> list[Episode]:
         self._loop = asyncio.get_running_loop()

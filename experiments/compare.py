@@ -5,7 +5,7 @@ Reads each run dir's config.yaml (env, mode, seed, the rest of the config) and m
 DIR/report.md holds:
 - one row per run: final and best of each figure the run has, throughput, time per step;
 - the paper's Table-3 layout, one row per run: the headline figure (personalization when the
-  runs have it, else reward; or `--figure KEY`) after 0, N/2 and N updates, or after the updates
+  runs have it, else the held-out outcome per task, else reward; or `--figure KEY`) after 0, N/2 and N updates, or after the updates
   given with `--at 0,8,16`;
 - the same per group: runs that differ only in their seed form a group, named by its mode plus
   every config key whose value differs between runs, e.g. `binary model.name=tiny` (bookkeeping
@@ -21,7 +21,8 @@ DIR also gets one PNG per figure: per group the mean over seeds with its 95% ban
 each seed's own line faintly. A figure no run has is left out.
 
 A figure in a metrics row is a number, a dict with a "mean", or per-item values: a list (items
-by position) or a dict {item id: number} (e.g. held-out tasks' outcomes). The run's figure is
+by position) or a dict {item id: number, or the item's samples as a list, averaged} (e.g.
+`heldout/outcomes`, k outcomes per held-out task; null samples are left out). The run's figure is
 then the mean of its items; for a group each item is first averaged over the seeds (the held-out
 split has its own seed, so every seed sees the same items) and the interval is over items.
 `--figure` takes a key below or a dotted path into the rows (`--figure held_out.outcomes`).
@@ -49,11 +50,13 @@ FIGURES: list[Figure] = [
     ("prm_score", "PRM score (mean)", ("prm_score_mean",)),
     ("opd_accept", "OPD acceptance rate", ("opd_accept_rate",)),
     ("personalization", "personalization (held out)", ("personalization",)),
+    ("heldout_pass1", "pass@1 (held out)", ("heldout/pass@1",)),
+    ("heldout_outcome", "outcome per held-out task (mean)", ("heldout/outcomes",)),
     ("throughput", "throughput (response tokens/s)", ("throughput", "tokens_per_s")),
     ("step_time", "time per step (s)", ("timings", "step_s")),
 ]
 # Figures where the table shows final and best; the others show the mean over steps.
-PROGRESS = ("reward", "outcome", "prm_score", "opd_accept", "personalization")
+PROGRESS = ("reward", "outcome", "prm_score", "opd_accept", "personalization", "heldout_pass1", "heldout_outcome")
 # Config keys that differ between runs without making them different experiments.
 BOOKKEEPING = ("seed", "run_dir", "name", "resume", "progress", "wandb")
 CI: dict[str, Callable[[Sequence[float]], Estimate]] = {"t": t_mean, "bootstrap": bootstrap_mean}
@@ -88,11 +91,21 @@ def _reading(v: Any) -> Reading | None:
     if isinstance(v, list):
         v = {str(i): e for i, e in enumerate(v)}
     if isinstance(v, dict):
+        v = {k: _samples_mean(e) if isinstance(e, list) else e for k, e in v.items()}
         # per-item values; null items (NaN when logged) are left out, booleans (passed) count 0/1
         items = {str(k): _number(e, bools=True) for k, e in v.items() if e is not None}
         if items and None not in items.values():
             return Reading(float(np.mean(list(items.values()))), items)
     return None
+
+
+def _samples_mean(samples: list) -> Any:
+    """An item given as its samples (k episodes of one held-out task): their mean, null samples
+    (excluded episodes) left out; null when none is left; the list itself when not numbers."""
+    xs = [_number(x, bools=True) for x in samples if x is not None]
+    if None in xs:
+        return samples
+    return float(np.mean(xs)) if xs else None
 
 
 @dataclass
@@ -179,9 +192,11 @@ def value_after(run: Run, path: tuple[str, ...], updates: int) -> float | None:
 
 def headline(runs: list[Run], name: str | None = None) -> Figure:
     """The figure of the Table-3 layout and the tests: `name` (a FIGURES key or a dotted path into
-    the metrics rows), else personalization when a run has it, else reward."""
+    the metrics rows), else personalization when a run has it, else the held-out outcome per task
+    (paired by task), else reward."""
     if name is None:
-        return next((f for f in FIGURES if f[0] == "personalization" and any(r.series(f[2]) for r in runs)), FIGURES[0])
+        return next((f for key in ("personalization", "heldout_outcome") for f in FIGURES
+                     if f[0] == key and any(r.series(f[2]) for r in runs)), FIGURES[0])
     fig = next((f for f in FIGURES if f[0] == name), (name, name, tuple(name.split("."))))
     if not any(r.series(fig[2]) for r in runs):
         raise CompareError(f"no run has the figure {name!r} (a key of {', '.join(f[0] for f in FIGURES)} "
@@ -462,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--figure", default=None,
                     help="the figure of the Table-3 layout and the tests: a figure key (personalization, reward, "
                          "...) or a dotted path into the metrics rows (default: personalization if any run has it, "
-                         "else reward)")
+                         "else heldout_outcome, else reward)")
     ap.add_argument("--ci", choices=sorted(CI), default="t",
                     help="95%% interval of a group's mean: Student t (default) or percentile bootstrap")
     args = ap.parse_args(argv)

@@ -22,11 +22,15 @@ from agent.policy.base import PolicyClient, SamplingParams
 from agent.policy.models import learner_bf16
 from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv
-from learner.evaluation import HeldOutEvaluator, supports_heldout
+from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
 from learner.judges import LLMJudge, RulesJudge
+from learner.loop import Evaluator
 from learner.runlog import RunLog
 from learner.scorer import MODE_SIGNALS, NextStateScorer
 from learner.training import Training
+
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -108,8 +112,17 @@ def sandbox_backend(name: str) -> str:
 
     if engine_available():
         return "docker"
-    logging.getLogger(__name__).warning("no Docker engine answers: sandboxes use bubblewrap")
+    log.warning("no Docker engine answers: sandboxes use bubblewrap")
     return "bwrap"
+
+
+def build_env(cfg: DictConfig, closers: list) -> Callable[[], AgentEnv]:
+    """The configured env's factory, with the simulated users' LLM for `env.user=llm` (call on the
+    run's event loop; what stops the parts it starts is appended to `closers`)."""
+    extra = {}
+    if cfg.env.get("user") == "llm":
+        extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
+    return env_factory(cfg, extra, closers)
 
 
 def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: list | None = None) -> Callable[[], AgentEnv]:
@@ -172,13 +185,17 @@ class Policy:
     client: PolicyClient | None = None
     renderer: ChatRenderer | None = None
     tokenizer: Any = None
+    # model policies: actors that sample with the given parameters (each job's seed)
+    sampled: Callable[[SamplingParams], Callable[[EpisodeJob], Actor]] | None = None
     _close: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
 
+    def actor_maker(self, sampling: SamplingParams) -> Callable[[EpisodeJob], Actor]:
+        """Actors that sample with `sampling` (the evaluation's temperature); oracle and random
+        act as they always do."""
+        return self.make_actor if self.sampled is None else self.sampled(sampling)
+
     async def aclose(self) -> None:
-        for fn in reversed(self._close):
-            r = fn()
-            if inspect.isawaitable(r):
-                await r
+        await close_all(self._close)
         self._close.clear()
 
 
@@ -200,7 +217,10 @@ def build_policy(cfg: DictConfig) -> Policy:
         from agent.policy.server import serve
         from agent.policy.sglang_client import SGLangClient
 
-        engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
+        try:
+            engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
+        except FileNotFoundError as e:  # a model word or folder that is not there
+            raise ConfigError(str(e)) from e
         # a random key shared in-process; weights load only from this run's directory
         server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port), weights_dirs=[str(cfg.run_dir)])
         client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s), api_key=server.api_key)
@@ -215,20 +235,24 @@ def build_policy(cfg: DictConfig) -> Policy:
 
 def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: Any, closers: list) -> Policy:
     renderer = ChatRenderer(tokenizer)
-    sampling = sampling_params(cfg)
     max_context = int(cfg.max_context)
-    return Policy(
-        name,
-        make_actor=lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context),
-        client=client, renderer=renderer, tokenizer=tokenizer, _close=list(closers),
-    )
+
+    def sampled(sampling: SamplingParams) -> Callable[[EpisodeJob], Actor]:
+        return lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context)
+
+    return Policy(name, make_actor=sampled(sampling_params(cfg)), client=client, renderer=renderer, tokenizer=tokenizer,
+                  sampled=sampled, _close=list(closers))
+
+
+def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
+    return dict(n_envs=int(cfg.n_envs), step_timeout_s=float(cfg.timeouts.step_s),
+                episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
 
 
 def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, closers: list) -> Any:
     """The rollout runner; with `env.via_proxy=true`, episodes talk to the policy through a
     live-user proxy (started here, records in run_dir/proxy) and train on its records."""
-    kw = dict(n_envs=int(cfg.n_envs), step_timeout_s=float(cfg.timeouts.step_s),
-              episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
+    kw = _runner_kw(cfg)
     if not cfg.env.get("via_proxy"):
         return Runner(make_env, policy.make_actor, **kw)
     if policy.client is None or not hasattr(policy.client, "url"):
@@ -253,16 +277,86 @@ def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Poli
     return rollouts
 
 
-def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv]) -> HeldOutEvaluator | None:
-    """Held-out personalization for envs that offer it (chat_sim), with a model policy."""
-    if policy.client is None or policy.renderer is None or int(cfg.eval.n_tasks) <= 0:
+async def close_all(closers: list) -> None:
+    """Call each closer, the last added first (a closer may return an awaitable)."""
+    for fn in reversed(closers):
+        r = fn()
+        if inspect.isawaitable(r):
+            await r
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """`eval.*`: held-out tasks, the split's own seed, how often, samples per task, temperature."""
+
+    n_tasks: int
+    seed: int
+    every: int
+    k: int
+    temperature: float
+
+    @property
+    def on(self) -> bool:
+        return self.n_tasks > 0 and self.every > 0
+
+
+def eval_settings(cfg: DictConfig) -> EvalSettings:
+    e = cfg.eval
+    try:
+        s = EvalSettings(int(e.n_tasks), int(e.seed), int(e.every), int(e.k), float(e.temperature))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"eval.n_tasks, eval.seed, eval.every and eval.k take integers, eval.temperature a number ({err})") from err
+    if s.n_tasks < 0 or s.every < 0 or s.k < 1 or s.temperature < 0:
+        raise ConfigError(f"need eval.n_tasks >= 0, eval.every >= 0 (0: never), eval.k >= 1 and eval.temperature >= 0; "
+                          f"got n_tasks={s.n_tasks} every={s.every} k={s.k} temperature={s.temperature}")
+    return s
+
+
+def build_eval_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, closers: list) -> Runner:
+    """The evaluation's own runner: the same envs and policy as training, actors at
+    eval.temperature, and no `on_turn` (no evaluation turn is ever scored or trained on; with
+    env.via_proxy it talks to the policy directly, so the proxy records none either)."""
+    s = eval_settings(cfg)
+    if s.k > 1 and s.temperature == 0 and policy.sampled is not None:
+        log.warning("eval.k=%d samples per task at eval.temperature=0 repeat one greedy episode (unless the env "
+                    "draws at random); set eval.temperature=1.0 for pass@k", s.k)
+    sampling = dataclasses.replace(sampling_params(cfg), temperature=s.temperature)
+    runner = Runner(make_env, policy.actor_maker(sampling), **_runner_kw(cfg))
+    closers.append(lambda: asyncio.to_thread(runner.close))
+    return runner
+
+
+def build_personalization(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv],
+                          closers: list) -> PersonalizationEvaluator | None:
+    """The personalization score for envs that offer it (chat_sim), with a model policy."""
+    s = eval_settings(cfg)
+    if policy.client is None or policy.renderer is None or s.n_tasks <= 0:
         return None
     env = make_env()
-    if not supports_heldout(env):
+    if not supports_personalization(env):
         env.close()
         return None
-    sampling = dataclasses.replace(sampling_params(cfg), temperature=float(cfg.eval.temperature), seed=int(cfg.seed))
-    return HeldOutEvaluator(env, policy.client, policy.renderer, sampling, n_tasks=int(cfg.eval.n_tasks))
+    closers.append(env.close)
+    sampling = dataclasses.replace(sampling_params(cfg), temperature=s.temperature, seed=s.seed)
+    return PersonalizationEvaluator(env, policy.client, policy.renderer, sampling, n_tasks=s.n_tasks)
+
+
+def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv], held_out: list[str],
+                    closers: list) -> Evaluator | None:
+    """The held-out evaluation between updates: episodes on the `held_out` task ids (every env)
+    and, where the env offers it, personalization. None when eval.every or eval.n_tasks is 0."""
+    s = eval_settings(cfg)
+    if not s.on:
+        return None
+    evaluators: list[Evaluator] = []
+    if held_out:
+        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, closers), held_out, s.k, s.seed))
+    else:
+        log.warning("env %s has too few tasks to hold any out: no held-out episodes", cfg.env.name)
+    personalization = build_personalization(cfg, policy, make_env, closers)
+    if personalization is not None:
+        evaluators.append(personalization)
+    return merged(evaluators)
 
 
 def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: list) -> Callable[[list[dict]], str]:
@@ -291,7 +385,7 @@ def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: lis
 
 
 async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog: RunLog,
-                         evaluator: HeldOutEvaluator | None = None) -> Training:
+                         evaluator: Evaluator | None = None) -> Training:
     mode = str(cfg.mode.name)
     if policy.client is None or policy.renderer is None:
         raise ConfigError(f"mode={mode} trains a model: use policy=local or policy=sglang (not {cfg.policy.name})")

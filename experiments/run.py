@@ -1,7 +1,8 @@
 """`python -m experiments.run env=toolcall mode=combine ...`: one experiment, end to end.
 
-Writes run_dir/config.yaml (resolved), metrics.jsonl, turns.jsonl and checkpoints. A
-misconfigured run stops before it starts, with one line saying what to do.
+Writes run_dir/config.yaml (resolved), tasks.json (training / held-out split), metrics.jsonl,
+turns.jsonl and checkpoints. A misconfigured run stops before it starts, with one line saying
+what to do.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.policy.base import PolicyUnavailable
-from experiments.factories import (ConfigError, build_evaluator, build_policy, build_runner, build_sft, build_training, env_factory,
-                                   user_complete)
+from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft,
+                                   build_training, close_all, eval_settings)
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
 from learner.sft_demos import DemoError
@@ -59,22 +60,23 @@ def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
 
 async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     closers: list = []
-    extra = {}
-    if cfg.env.get("user") == "llm":
-        extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
-    make_env = env_factory(cfg, extra, closers)
+    settings = eval_settings(cfg)
+    make_env = build_env(cfg, closers)
     sft = None
     if str(cfg.mode.name) == "sft":
         sft, policy = await asyncio.to_thread(build_sft, cfg, make_env, runlog)
     else:
         policy = build_policy(cfg)
     runner = build_runner(cfg, make_env, policy, closers)
-    loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step),
-                          group_size=int(cfg.group_size), seed=int(cfg.seed))
     try:
         if sft is not None:
             return await sft.run(runner)
-        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env)
+        # rollouts draw from split.train only, whether or not this run evaluates (eval.every=0)
+        split = await runner.task_split(settings.n_tasks, settings.seed)
+        runlog.write_split(split, settings.seed)
+        loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step), group_size=int(cfg.group_size),
+                              seed=int(cfg.seed), task_ids=split.train, eval_every=settings.every)
+        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
         if cfg.mode.train:
             training = await build_training(cfg, policy, runner, runlog, evaluator)
             return await training.run(loop_cfg)
@@ -82,10 +84,16 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     finally:
         await asyncio.to_thread(runner.close)
         await policy.aclose()
-        for fn in reversed(closers):
-            r = fn()
-            if asyncio.iscoroutine(r):
-                await r
+        await close_all(closers)
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore", "uvicorn.access"):  # one line per request drowns the run's own
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
@@ -95,12 +103,7 @@ def main(cfg: DictConfig) -> None:
 
         MegatronLearner.from_config(cfg).follow()  # under torchrun rank 0 runs the experiment; this rank its learner calls
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "uvicorn.access"):  # one line per request drowns the run's own
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
+    setup_logging()
     runlog = RunLog(cfg.run_dir)
     runlog.write_config(OmegaConf.to_yaml(cfg, resolve=True))
     log.info("run %s -> %s", cfg.name, runlog.dir)

@@ -1,28 +1,134 @@
-"""Held-out evaluation between updates: the paper's personalization score.
+"""Held-out evaluation of the current policy: between updates (learner/loop.py) and standalone
+(`python -m experiments.eval`).
 
-An env that offers `held_out_tasks()` and `personalization_score(task, first_response)` (the
-chat_sim env does) is scored on the policy's first response to each held-out task, rendered
-exactly as the env would present it. The figure is logged as `personalization` in the row of
-the step it precedes: row k is the policy after k updates (a last row holds the final one).
+- `EpisodeEvaluator` (every env): full episodes of the policy on the held-out task ids, through
+  a Runner of its own (tools, sandboxes and multi-turn work as in training; the runner hands its
+  turns to no scorer and no log). `k` samples per task, each with a seed fixed by (eval seed,
+  task id, sample index), so two checkpoints are evaluated on the same draws (paired).
+- `PersonalizationEvaluator` (envs with `held_out_tasks()` and `personalization_score()`: chat_sim):
+  the paper's score of the policy's first response to each held-out task.
+
+Figures, under the same flat names in metrics.jsonl and W&B (row k: the policy after k updates):
+  heldout/pass@1          mean over tasks of the per-task success rate (success: outcome > 0),
+                          with the Wilson 95% interval over all counted episodes
+  heldout/pass@k          unbiased pass@k (k = heldout/k samples per task), bootstrap interval over tasks
+  heldout/outcome_mean    mean over tasks of the per-task mean outcome, bootstrap interval over tasks
+  <name>_lo, <name>_hi, <name>_n   each figure's interval and how many items it is over
+  heldout/k, heldout/excluded      samples per task; episodes cut by infra_error/timeout (not counted)
+  heldout/outcomes        {task id: [outcome per sample, null if excluded]}: per-task results, for
+                          pairing runs task by task (experiments/compare.py)
+  personalization, personalization_n   the chat_sim score and its number of tasks
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import zlib
 from typing import Any
 
 import numpy as np
 
 from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
+from agent.rollout import EpisodeJob, Runner
 from envs.base import AgentEnv
+from learner.loop import Evaluator
+from learner.stats import Estimate, bootstrap_mean, pass_at_k, wilson
+
+PREFIX = "heldout/"
 
 
-def supports_heldout(env: AgentEnv) -> bool:
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    """The seed of sample `sample` of a held-out task: the same for every checkpoint evaluated."""
+    return int(np.random.default_rng([seed, zlib.crc32(task_id.encode()), sample]).integers(2**31))
+
+
+def eval_jobs(task_ids: list[str], k: int, seed: int) -> list[EpisodeJob]:
+    return [EpisodeJob(episode_id=f"eval-t{i}-s{j}", task_id=t, group_id=f"eval-t{i}", seed=episode_seed(seed, t, j))
+            for i, t in enumerate(task_ids) for j in range(k)]
+
+
+@dataclasses.dataclass
+class HeldOutResult:
+    """Per-task outcomes of one evaluation (None: the episode was cut by infrastructure or a
+    deadline) and the estimates read from them."""
+
+    k: int
+    outcomes: dict[str, list[float | None]]
+
+    @property
+    def excluded(self) -> int:
+        return sum(o is None for os in self.outcomes.values() for o in os)
+
+    def estimates(self) -> dict[str, Estimate]:
+        """pass@1, pass@k and outcome_mean over the tasks with at least one counted episode
+        (pass@k: with at least k); a figure without any such task is left out."""
+        counted = {t: [o for o in os if o is not None] for t, os in self.outcomes.items()}
+        counted = {t: os for t, os in counted.items() if os}
+        if not counted:
+            return {}
+        wins = {t: sum(o > 0 for o in os) for t, os in counted.items()}
+        n_episodes = sum(len(os) for os in counted.values())
+        ci = wilson(sum(wins.values()), n_episodes)
+        rate = float(np.mean([wins[t] / len(os) for t, os in counted.items()]))
+        out = {"pass@1": Estimate(rate, ci.lo, ci.hi, n_episodes)}
+        at_k = [pass_at_k(len(os), wins[t], self.k) for t, os in counted.items() if len(os) >= self.k]
+        if at_k:
+            out["pass@k"] = bootstrap_mean(at_k)
+        out["outcome_mean"] = bootstrap_mean([float(np.mean(os)) for os in counted.values()])
+        return out
+
+    def row(self) -> dict[str, Any]:
+        """The figures under their metrics.jsonl / W&B names (see the module docstring)."""
+        row: dict[str, Any] = {}
+        for name, e in self.estimates().items():
+            row.update({f"{PREFIX}{name}": e.value, f"{PREFIX}{name}_lo": e.lo, f"{PREFIX}{name}_hi": e.hi,
+                        f"{PREFIX}{name}_n": e.n})
+        row.update({f"{PREFIX}k": self.k, f"{PREFIX}excluded": self.excluded, f"{PREFIX}outcomes": self.outcomes})
+        return row
+
+    def table(self) -> str:
+        """A markdown table: metric | value | 95% CI | n."""
+        units = {"pass@1": "episodes", "pass@k": "tasks", "outcome_mean": "tasks"}
+        lines = ["| metric | value | 95% CI | n |", "|---|---|---|---|"]
+        for name, e in self.estimates().items():
+            label = f"pass@{self.k}" if name == "pass@k" else name
+            lines.append(f"| {label} | {e.value:.3f} | [{e.lo:.3f}, {e.hi:.3f}] | {e.n} {units[name]} |")
+        lines.append(f"| excluded (infra_error, timeout) | {self.excluded} | | {sum(map(len, self.outcomes.values()))} episodes |")
+        return "\n".join(lines)
+
+
+class EpisodeEvaluator:
+    """Full episodes of the policy on the held-out tasks. `runner` is the evaluation's own (its
+    actors sample at the evaluation temperature; it has no `on_turn`, so no turn is scored)."""
+
+    def __init__(self, runner: Runner, task_ids: list[str], k: int = 1, seed: int = 0) -> None:
+        if runner.on_turn is not None:
+            raise ValueError("the evaluation's runner must not hand its turns on (to a scorer)")
+        self.runner = runner
+        self.task_ids = list(task_ids)
+        self.k = int(k)
+        self.jobs = eval_jobs(self.task_ids, self.k, seed)
+
+    async def evaluate(self) -> HeldOutResult:
+        episodes = await self.runner.run(self.jobs)
+        outcomes: dict[str, list[float | None]] = {t: [] for t in self.task_ids}
+        for ep in episodes:  # in job order: sample j of a task is its j-th entry
+            outcomes[ep.job.task_id].append(ep.outcome)
+        return HeldOutResult(self.k, outcomes)
+
+    async def __call__(self) -> dict[str, Any]:
+        return (await self.evaluate()).row()
+
+
+def supports_personalization(env: AgentEnv) -> bool:
     return callable(getattr(env, "held_out_tasks", None)) and callable(getattr(env, "personalization_score", None))
 
 
-class HeldOutEvaluator:
+class PersonalizationEvaluator:
+    """The personalization score of the policy's first response to each of the env's held-out
+    tasks, rendered exactly as the env would present it."""
+
     def __init__(self, env: AgentEnv, client: PolicyClient, renderer: ChatRenderer, sampling: SamplingParams,
                  n_tasks: int = 16, concurrency: int = 16) -> None:
         self.env = env
@@ -48,3 +154,17 @@ class HeldOutEvaluator:
     async def __call__(self) -> dict[str, Any]:
         scores = await asyncio.gather(*(self._one(i, t) for i, t in enumerate(self.tasks)))
         return {"personalization": float(np.mean(scores)) if scores else None, "personalization_n": len(scores)}
+
+
+def merged(evaluators: list[Evaluator]) -> Evaluator | None:
+    """One evaluator running several at once, their figures in one dict (None for none)."""
+    if not evaluators:
+        return None
+
+    async def evaluate() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for figures in await asyncio.gather(*(e() for e in evaluators)):
+            out.update(figures)
+        return out
+
+    return evaluate

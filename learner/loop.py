@@ -1,10 +1,10 @@
 """The experiment loop: rollouts -> next-state scoring -> advantages -> update -> weight sync.
 
-Each RL step samples `tasks_per_step` tasks, runs `group_size` episodes of each, scores every
-turn as soon as its next state exists (scoring never blocks generation), and, in a training
-mode, updates the learner and pushes the new weights to the serving policy. With
-`max_staleness >= 1` the rollouts of step k+1 start before step k trains, so serving never
-stops; every turn records the policy version that sampled it.
+Each RL step samples `tasks_per_step` tasks (training ids only: held-out ones are for evaluation),
+runs `group_size` episodes of each, scores every turn as soon as its next state exists (scoring
+never blocks generation), and, in a training mode, updates the learner and pushes the new
+weights to the serving policy. With `max_staleness >= 1` the rollouts of step k+1 start before
+step k trains, so serving never stops; every turn records the policy version that sampled it.
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ class LoopConfig:
     group_size: int
     seed: int
     max_staleness: int = 1
+    task_ids: list[str] | None = None  # the training ids to draw from (None: every task of the env)
+    eval_every: int = 1  # held-out figures every N updates (see eval_due); 0: never
 
 
 @dataclasses.dataclass
@@ -63,6 +65,12 @@ def make_jobs(task_ids: list[str], step: int, cfg: LoopConfig) -> list[EpisodeJo
     return jobs
 
 
+def eval_due(step: int, cfg: LoopConfig, first_step: int = 0) -> bool:
+    """Whether row `step` (the policy after `step` updates) carries held-out figures: the run's
+    first row, every `eval_every`-th, and the final evaluation-only row (step == cfg.steps)."""
+    return cfg.eval_every > 0 and (step == first_step or step % cfg.eval_every == 0 or step == cfg.steps)
+
+
 def rollout_metrics(episodes: list[Episode]) -> dict[str, Any]:
     turns = [t for e in episodes for t in e.turns]
     outcomes = [e.outcome for e in episodes if e.outcome is not None]
@@ -84,10 +92,14 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, Any]:
     }
 
 
+def headline(row: dict[str, Any]) -> list[str]:
+    keys = ("reward_mean", "outcome_mean", "prm_score_mean", "opd_accept_rate", "heldout/pass@1", "personalization")
+    return [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), (int, float))]
+
+
 def step_summary(row: dict[str, Any]) -> str:
     """The step's headline figures, for the one progress line per RL step."""
-    keys = ("reward_mean", "outcome_mean", "prm_score_mean", "opd_accept_rate")
-    parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), (int, float))]
+    parts = headline(row)
     if row.get("signal"):
         parts.append(diagnostics.summary(row["signal"]))
     train = row.get("train") or {}
@@ -112,7 +124,7 @@ async def run_loop(
     policy_version: int = 0,
 ) -> list[dict[str, Any]]:
     """Run steps [start_step, cfg.steps); returns the metrics rows written."""
-    task_ids = await runner.task_ids()
+    task_ids = cfg.task_ids if cfg.task_ids is not None else await runner.task_ids()
     rows: list[dict[str, Any]] = []
 
     async def rollouts(step: int) -> tuple[list[Episode], float]:
@@ -122,8 +134,10 @@ async def run_loop(
     nxt: asyncio.Task | None = asyncio.create_task(rollouts(start_step)) if start_step < cfg.steps else None
     t_last = time.monotonic()  # wall time per step counts overlapped rollouts once
     # Row k carries the held-out figures of the policy after k updates (measured before step k
-    # trains); the figures after the last update go into one more, evaluation-only row.
-    held_out = await evaluator() if evaluator is not None else {}
+    # trains) when eval_due(k); the figures after the last update go into one more,
+    # evaluation-only row. Without a trainer the policy never changes: its first row has them.
+    due = evaluator is not None and start_step < cfg.steps and eval_due(start_step, cfg, start_step)
+    held_out = await evaluator() if due else {}
     try:
         for step in range(start_step, cfg.steps):
             assert nxt is not None
@@ -147,11 +161,15 @@ async def run_loop(
                 row.setdefault("reward_mean", row["outcome_mean"])
             t_train = time.monotonic() - t1
             row.update(held_out)
-            if evaluator is not None and trainer is not None:
+            held_out = {}
+            t2 = time.monotonic()
+            if evaluator is not None and trainer is not None and eval_due(step + 1, cfg, start_step):
                 held_out = await evaluator()
+            t_eval = time.monotonic() - t2
             row["policy_version"] = policy_version
             now = time.monotonic()
-            row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train, "step_s": now - t_last}
+            row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train,
+                             "eval_s": t_eval, "step_s": now - t_last}
             t_last = now
             row["throughput"] = {"turns_per_s": row["turns"] / max(t_roll, 1e-9),
                                  "tokens_per_s": row["response_tokens"] / max(t_roll, 1e-9)}
@@ -168,6 +186,7 @@ async def run_loop(
         if held_out and trainer is not None and rows:
             final = {"step": cfg.steps, "eval_only": True, "policy_version": policy_version, **held_out}
             runlog.metrics(final)
+            log.info("held out after %d steps: %s", cfg.steps, " ".join(headline(final)))
             rows.append(final)
     finally:
         if nxt is not None and not nxt.done():

@@ -1,4 +1,4 @@
-"""The run directory: config.yaml, metrics.jsonl, turns.jsonl, checkpoints/ (DESIGN.md section 2).
+"""The run directory: config.yaml, tasks.json, metrics.jsonl, turns.jsonl, checkpoints/ (DESIGN.md section 2).
 
 Logs are appended, never truncated (the original truncated them at every batch). Each turn
 line holds the sampler's exact ids and log-probs; the chat messages a prompt was rendered from
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 from agent.turn import Turn
+from envs.base import TaskSplit
 
 _TURN_FIELDS_LEFT_OUT = ("messages", "tools")
 
@@ -48,6 +49,13 @@ class RunLog:
 
     def write_config(self, yaml_text: str) -> None:
         (self.dir / "config.yaml").write_text(yaml_text)
+
+    def write_split(self, split: TaskSplit, seed: int) -> Path:
+        """tasks.json: the training ids rollouts draw from and the held-out ids only evaluation
+        sees (`seed`: eval.seed), so later runs and demonstrations can prove disjointness."""
+        path = self.dir / "tasks.json"
+        path.write_text(json.dumps({"eval_seed": seed, **split.to_dict()}) + "\n")
+        return path
 
     def add_sink(self, sink: Sink) -> None:
         self.sinks.append(sink)

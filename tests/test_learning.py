@@ -113,7 +113,7 @@ def test_combine_raises_personalization_of_a_one_preference_persona(tmp_path, pe
     opposite things (<= 1 word, >= 3 words), so a rise in both comes from the users' verdicts
     and hints, not from training merely making the replies degenerate."""
     p = run_cli("env=chat_sim", f"env.persona=[tests/data/{persona}.yaml]", "env.user=scripted", "env.max_turns=2",
-                "mode=combine", "judge=rules", "model=tiny", "n_envs=8", "tasks_per_step=8", "eval.n_tasks=32",
+                "mode=combine", "judge=rules", "model=tiny", "n_envs=8", "tasks_per_step=8", "eval.n_tasks=32", "eval.every=1",
                 "sampling.max_new_tokens=12", "learner.lr=0.01", "learner.max_staleness=0", f"steps={steps}",
                 f"run_dir={tmp_path}", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
