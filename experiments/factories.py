@@ -196,7 +196,8 @@ def build_policy(cfg: DictConfig) -> Policy:
         from agent.policy.server import serve
         from agent.policy.sglang_client import SGLangClient
 
-        engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
+        engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed),
+                        prefix_cache_mb=float(cfg.policy.prefix_cache_mb))
         server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port))
         client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s))
         return _model_policy(cfg, name, client, engine.tokenizer, [engine.close, server.stop, client.aclose])

@@ -15,7 +15,7 @@ from agent.policy.models import load_model, save_model
 
 # fp32: reused KV was computed in other batch shapes (other padding, one token per decode step)
 # than a fresh prefill computes it, so sums reassociate. Measured max |diff| over these tests is
-# ~1e-6 nats; 1e-4 matches test_engine.py and is far below a real mismatch (> 0.1).
+# 4.8e-7 nats (one fp32 ulp near |lp| ~ 5); 1e-4 matches test_engine.py and is far below a real mismatch (> 0.1).
 TOL = 1e-4
 SYSTEM = "You are a careful assistant. " * 14  # ~400 byte tokens, shared by every episode
 
