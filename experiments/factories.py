@@ -218,7 +218,8 @@ def build_policy(cfg: DictConfig) -> Policy:
         from agent.policy.sglang_client import SGLangClient
 
         try:
-            engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed))
+            engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed),
+                            prefix_cache_mb=float(cfg.policy.prefix_cache_mb))
         except FileNotFoundError as e:  # a model word or folder that is not there
             raise ConfigError(str(e)) from e
         # a random key shared in-process; weights load only from this run's directory

@@ -13,6 +13,11 @@ That is what a teacher-forced forward pass (the learner's old log-probs) compute
 Weight updates drain: while an update is pending, new requests wait; running sequences finish on
 the old weights; then the weights are swapped and the version bumped. So each result was sampled
 by exactly one version, and nothing is lost or refused.
+
+Prefix reuse: a finished sequence's KV (prompt + output, unpadded, on CPU) is kept in an LRU
+cache bounded in bytes. A new request reuses the longest common prefix with any entry (sliced
+from it), so a multi-turn episode or a group sharing a system prompt prefills only what is new.
+A weight swap empties the cache: its entries were computed by the old weights.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import dataclasses
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -35,6 +41,7 @@ log = logging.getLogger(__name__)
 
 PREFILL_TOKENS = 16384  # padded prompt tokens per prefill forward
 LOGIT_FLOATS = 64 * 1024 * 1024  # fp32 logits kept per prefill (256 MiB) for input log-probs
+MIN_REUSE = 16  # shorter common prefixes are not worth a cache copy
 
 
 class EngineClosed(RuntimeError):
@@ -76,6 +83,7 @@ class _Seq:
     out_lps: list[float] = dataclasses.field(default_factory=list)
     in_lps: list[float | None] = dataclasses.field(default_factory=list)
     n_ctx: int = 0  # real tokens in this sequence's KV cache (its next position id)
+    past: torch.Tensor | None = None  # cached KV [layers, 2, heads, n, dim] of the prompt's first n tokens
     done: str = ""
     matched: int | None = None
     cancelled: bool = False
@@ -88,11 +96,85 @@ class _Swap:
     future: concurrent.futures.Future
 
 
+@dataclasses.dataclass
+class _Entry:
+    ids: torch.Tensor  # int64 [n]
+    kv: torch.Tensor  # [layers, 2, heads, n, head_dim], contiguous, on CPU
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.ids) + _nbytes(self.kv)
+
+
+class PrefixCache:
+    """Finished sequences' KV, found by the longest common prefix of token ids; least recently
+    used entries are evicted so that the held tensors (ids + KV) never exceed `budget` bytes.
+    Only the worker thread touches entries; `stats()` may be read from any thread."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
+        self._next_key = 0
+        self._stats = dict.fromkeys(("lookups", "hits", "tokens_reused", "tokens_prefilled", "bytes_used",
+                                     "entries", "evictions"), 0)
+
+    def stats(self) -> dict[str, int]:
+        return {**self._stats, "budget_bytes": self.budget}
+
+    def match(self, ids: list[int], limit: int) -> torch.Tensor | None:
+        """A view of the KV of the longest prefix of ids[:limit] that an entry holds, or None."""
+        self._stats["lookups"] += 1
+        if limit < MIN_REUSE or not self._entries:
+            return None
+        query = torch.tensor(ids[:limit])
+        best, key = max((_common_prefix(e.ids, query), k) for k, e in self._entries.items())
+        if best < MIN_REUSE:
+            return None
+        self._entries.move_to_end(key)
+        return self._entries[key].kv[:, :, :, :best]
+
+    def put(self, ids: list[int], kv: torch.Tensor) -> None:
+        """Keep `kv`, the KV of `ids`; entries it extends are dropped (it serves their lookups)."""
+        entry = _Entry(torch.tensor(ids), kv)
+        if entry.nbytes > self.budget:
+            return
+        for key, e in list(self._entries.items()):
+            n = _common_prefix(e.ids, entry.ids)
+            if n == len(entry.ids):  # an entry already holds these tokens
+                self._entries.move_to_end(key)
+                return
+            if n == len(e.ids):
+                self._drop(key)
+        while self._stats["bytes_used"] + entry.nbytes > self.budget:
+            self._drop(next(iter(self._entries)))
+            self._stats["evictions"] += 1
+        self._entries[self._next_key] = entry
+        self._next_key += 1
+        self._stats["bytes_used"] += entry.nbytes
+        self._stats["entries"] += 1
+
+    def record(self, reused: list[int], prefilled: list[int]) -> None:
+        """Count one prefill's tokens per row: taken from the cache, and computed."""
+        self._stats["hits"] += sum(n > 0 for n in reused)
+        self._stats["tokens_reused"] += sum(reused)
+        self._stats["tokens_prefilled"] += sum(prefilled)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._stats["bytes_used"] = self._stats["entries"] = 0
+
+    def _drop(self, key: int) -> None:
+        self._stats["bytes_used"] -= self._entries.pop(key).nbytes
+        self._stats["entries"] -= 1
+
+
 class Engine:
-    """In-process PolicyClient over a transformers model (see the module docstring)."""
+    """In-process PolicyClient over a transformers model (see the module docstring).
+    `prefix_cache_mb` bounds the KV kept for reuse across requests (0 disables it)."""
 
     def __init__(self, model_name_or_path: str = "tiny", dtype: str = "auto", device: str = "cpu",
-                 max_batch: int = 32, seed: int = 0, idle_wait_s: float = 1.0) -> None:
+                 max_batch: int = 32, seed: int = 0, idle_wait_s: float = 1.0,
+                 prefix_cache_mb: float = 1024) -> None:
         model, tokenizer = load_model(model_name_or_path, dtype=dtype, seed=seed, device=device)
         self.model = model
         self.tokenizer = tokenizer
@@ -107,6 +189,9 @@ class Engine:
             eos = tokenizer.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self._rng = torch.Generator().manual_seed(seed)
+        if prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
+        self._prefix = PrefixCache(int(prefix_cache_mb * 2**20))
         self._pending: queue.Queue[_Seq | _Swap] = queue.Queue()
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -145,6 +230,11 @@ class Engine:
         except asyncio.CancelledError:
             seq.cancelled = True  # the worker drops it at the next step
             raise
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Prefix reuse so far: requests that reused KV (hits), tokens reused and tokens computed
+        by prefills, and the cache's bytes, entries and evictions against its budget."""
+        return self._prefix.stats()
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of sampled ids; invalid UTF-8 (byte soup) becomes U+FFFD, never an error."""
@@ -249,6 +339,7 @@ class Engine:
                 seq = waiting[taken]
                 taken += 1
                 if seq.future.set_running_or_notify_cancel():  # False: cancelled while queued
+                    seq.past = self._prefix.match(seq.req.input_ids, len(seq.req.input_ids) - _kept(seq))
                     admitted.append(seq)
             for group in self._prefill_groups(admitted):
                 try:
@@ -258,9 +349,7 @@ class Engine:
                     for s in group:
                         _resolve(s.future, error=e)
                     continue
-                for s in group:
-                    if s.done:
-                        self._finish(s)
+                self._retire(group, new_cache)
                 live = [i for i, s in enumerate(group) if not s.done]
                 if live:
                     if len(live) < len(group):
@@ -281,15 +370,14 @@ class Engine:
                 running.clear()
                 cache = mask = None
                 continue
-            for s in running:
-                if s.done:
-                    self._finish(s)
+            self._retire(running, cache)
             keep = [i for i, s in enumerate(running) if not (s.done or s.cancelled)]
             if len(keep) < len(running):
                 running[:] = [running[i] for i in keep]
                 cache, mask = _select(cache, mask, keep)
 
     def _swap(self, swap: _Swap) -> None:
+        self._prefix.clear()  # computed by the old weights (and a failed load may leave them half-changed)
         try:
             self.model.load_state_dict(swap.state_dict, strict=False)
             self.weight_version = swap.version if swap.version is not None else self.weight_version + 1
@@ -305,29 +393,39 @@ class Engine:
         return out.logits.float().cpu()
 
     def _prefill_groups(self, seqs: list[_Seq]) -> list[list[_Seq]]:
-        """Split newly admitted requests into prefill batches that bound the padded token count
-        and the memory of the logits kept for input log-probs."""
+        """Split newly admitted requests, fewest new tokens first, into prefill batches that bound
+        the padded token count, padding waste (at most half) and the memory of the logits kept for
+        input log-probs."""
         groups: list[list[_Seq]] = []
-        for s in seqs:
+        for s in sorted(seqs, key=_fresh):
             trial = groups[-1] + [s] if groups else [s]
-            width = max(len(t.req.input_ids) for t in trial)
+            padded = len(trial) * _fresh(s)  # sorted: s is the widest
             keep = max(_kept(t) for t in trial)
-            if groups and len(trial) * width <= PREFILL_TOKENS and len(trial) * keep * self.vocab_size <= LOGIT_FLOATS:
+            if (groups and padded <= min(PREFILL_TOKENS, 2 * sum(map(_fresh, trial)))
+                    and len(trial) * keep * self.vocab_size <= LOGIT_FLOATS):
                 groups[-1] = trial
             else:
                 groups.append([s])
         return groups
 
     def _prefill(self, seqs: list[_Seq]) -> tuple[DynamicCache, torch.Tensor]:
-        """Forward left-padded prompts together; fill input log-probs where asked; sample each
-        first token. Returns the group's cache and padding mask."""
+        """Forward the new tokens of left-padded prompts together on top of their reused KV; fill
+        input log-probs where asked; sample each first token. Returns the group's cache and mask.
+
+        Every row feeds its last `width` prompt tokens (all of a shorter prompt) and reuses KV
+        for the rest: a row that reused more than it needs recomputes a few tokens where it would
+        otherwise hold padding, so each row's real tokens stay contiguous at the right."""
         prompts = [s.req.input_ids for s in seqs]
-        width = max(map(len, prompts))
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        width = max(map(_fresh, seqs))
+        total = max(map(len, prompts))
+        mask = torch.tensor([[0] * (total - len(p)) + [1] * len(p) for p in prompts])
+        pos = (mask.cumsum(1) - 1).clamp(min=0)[:, -width:]
+        reused = [max(len(p) - width, 0) for p in prompts]
+        cache = self._past_cache(seqs, reused, total - width)
+        self._prefix.record(reused, [len(p) - n for p, n in zip(prompts, reused)])
         keep = max(_kept(s) for s in seqs)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward([[0] * (width - len(p)) + p for p in prompts], cache, mask, pos, keep)
+        fed = [p[-width:] for p in prompts]
+        logits = self._forward([[0] * (width - len(f)) + f for f in fed], cache, mask, pos, keep)
         sampling = []
         for i, s in enumerate(seqs):
             ids, start = s.req.input_ids, s.req.logprob_start
@@ -336,6 +434,7 @@ class Engine:
                 lps = torch.log_softmax(rows, dim=-1).gather(-1, torch.tensor(ids[start + 1:], dtype=torch.long)[:, None])
                 s.in_lps = [None, *lps[:, 0].tolist()]
             s.n_ctx = len(ids)
+            s.past = None  # let an evicted entry's memory go
             if s.max_new == 0:
                 s.done = "length"
             else:
@@ -343,6 +442,30 @@ class Engine:
         if sampling:
             self._sample([seqs[i] for i in sampling], logits[sampling, -1])
         return cache, mask
+
+    def _past_cache(self, seqs: list[_Seq], reused: list[int], width: int) -> DynamicCache:
+        """A cache holding each row's first `reused[i]` prompt tokens' KV (from its match),
+        left-padded to `width` columns."""
+        cache = DynamicCache(config=self.model.config)
+        if width == 0:
+            return cache
+        ref = next(s.past for s, n in zip(seqs, reused) if n)
+        empty = ref[:, :, :, :0]
+        rows = [_lpad(s.past[:, :, :, :n] if n else empty, width, dim=3) for s, n in zip(seqs, reused)]
+        kv = torch.stack(rows, dim=2).to(self.device)  # [layers, 2, batch, heads, width, head_dim]
+        for i, layer in enumerate(kv):
+            cache.update(layer[0], layer[1], i)
+        return cache
+
+    def _retire(self, seqs: list[_Seq], cache: DynamicCache) -> None:
+        """Finish the done sequences among the batch rows `seqs`, first keeping their KV for reuse
+        (it covers prompt + output but the last sampled token, which was never fed)."""
+        for i, s in enumerate(seqs):
+            if not s.done:
+                continue
+            if self._prefix.budget and not s.cancelled:
+                self._prefix.put((s.req.input_ids + s.out_ids)[:s.n_ctx], _row_kv(cache, i, s.n_ctx))
+            self._finish(s)
 
     def _decode_step(self, running: list[_Seq], cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
         """One token for every running sequence; returns the grown mask."""
@@ -380,6 +503,27 @@ def _kept(seq: _Seq) -> int:
     """How many final positions' logits a prefill must keep for this request."""
     start = seq.req.logprob_start
     return len(seq.req.input_ids) - start if start is not None and start >= 0 else 1
+
+
+def _fresh(seq: _Seq) -> int:
+    """Prompt tokens a prefill must compute for this request (those its match does not cover)."""
+    return len(seq.req.input_ids) - (seq.past.shape[3] if seq.past is not None else 0)
+
+
+def _row_kv(cache: DynamicCache, row: int, n: int) -> torch.Tensor:
+    """Batch row `row`'s last n KV columns (its real tokens) as one [layers, 2, heads, n, dim] CPU tensor."""
+    return torch.stack([torch.stack([layer.keys[row, :, -n:], layer.values[row, :, -n:]])
+                        for layer in cache.layers]).cpu()
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    m = min(len(a), len(b))
+    differ = (a[:m] != b[:m]).nonzero()
+    return int(differ[0]) if len(differ) else m
+
+
+def _nbytes(x: torch.Tensor) -> int:
+    return x.untyped_storage().nbytes()
 
 
 def _resolve(fut: concurrent.futures.Future, result=None, error: BaseException | None = None) -> None:
