@@ -88,10 +88,12 @@ class HeldOutResult:
         return row
 
     def table(self) -> str:
-        """A markdown table: metric | value | 95% CI | n."""
+        """A markdown table: metric | value | 95% CI | n (pass@k only for k > 1: pass@1 is above it)."""
         units = {"pass@1": "episodes", "pass@k": "tasks", "outcome_mean": "tasks"}
         lines = ["| metric | value | 95% CI | n |", "|---|---|---|---|"]
         for name, e in self.estimates().items():
+            if name == "pass@k" and self.k == 1:
+                continue
             label = f"pass@{self.k}" if name == "pass@k" else name
             lines.append(f"| {label} | {e.value:.3f} | [{e.lo:.3f}, {e.hi:.3f}] | {e.n} {units[name]} |")
         lines.append(f"| excluded (infra_error, timeout) | {self.excluded} | | {sum(map(len, self.outcomes.values()))} episodes |")

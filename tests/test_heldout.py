@@ -56,6 +56,8 @@ def test_estimates_equal_the_hand_computed_ones():
     assert "| pass@1 | 0.500 | [0.280, 0.787] | 11 episodes |" in table
     assert "| pass@2 | 0.611 | [0.000, 1.000] | 3 tasks |" in table
     assert "| excluded (infra_error, timeout) | 5 | | 16 episodes |" in table
+    one = HeldOutResult(k=1, outcomes={"a": [1.0]}).table().splitlines()[2:]  # k = 1: pass@k would repeat pass@1
+    assert [line.split(" | ")[0] for line in one] == ["| pass@1", "| outcome_mean", "| excluded (infra_error, timeout)"]
     # fewer counted samples than k: pass@k has no task to go on and is left out
     assert set(HeldOutResult(k=3, outcomes={"a": [1.0, None, None]}).estimates()) == {"pass@1", "outcome_mean"}
     assert HeldOutResult(k=1, outcomes={"a": [None]}).row() == {"heldout/k": 1, "heldout/excluded": 1,
