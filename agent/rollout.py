@@ -1,6 +1,6 @@
 """The rollout runner: many concurrent episodes against one policy, each turn recorded exactly.
 
-One asyncio task per episode, bounded by `n_envs` live env instances (DESIGN.md section 3:
+One asyncio task per episode, bounded by `n_envs` live env instances (docs/architecture.md, "Runner":
 this beat Gymnasium's vector envs for agents, whose steps are of uneven length). Env calls run
 in a thread pool sized to the env count, off the event loop. Every wait has a deadline: a step
 timeout and an episode timeout, and a turn that hits one says which fired. An env that raised

@@ -1,4 +1,4 @@
-"""A Turn: one assistant action and what followed it (DESIGN.md section 2, "Tokens, turns").
+"""A Turn: one assistant action and what followed it (docs/architecture.md, "Tokens and turns").
 
 The learner builds training samples from turns; `turns.jsonl` holds one `Turn.to_json()` per
 line. Token ids and log-probs are the sampler's, never re-tokenized.

@@ -1,4 +1,4 @@
-"""The env contract every interaction type keeps (DESIGN.md section 2, "Env").
+"""The env contract every interaction type keeps (docs/architecture.md, "Env").
 
 An `AgentEnv` is a Gymnasium env whose action is the assistant's raw output text and whose
 `step` returns the next state s_{t+1} the agent sees: a tool result, a shell's output, a new

@@ -1,4 +1,4 @@
-"""Scored turns -> training samples, one per turn, per mode (DESIGN.md "Modes and loss").
+"""Scored turns -> training samples, one per turn, per mode (docs/architecture.md, "Modes and loss").
 
 outcome     A = (o - mean) / std of the episode outcomes in the task group, broadcast over every
             token of every turn of the episode; a group whose outcomes are all equal drops out.

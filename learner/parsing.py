@@ -1,4 +1,4 @@
-"""Parsing judge outputs into votes, and votes into one signal (DESIGN.md "Next-state scorer").
+"""Parsing judge outputs into votes, and votes into one signal (docs/architecture.md, "Next-state scorer").
 
 A PRM judge ends its answer with `\\boxed{1}`, `\\boxed{0}` or `\\boxed{-1}`; a hint judge with
 `\\boxed{1}` or `\\boxed{-1}` and, for +1, a hint between [HINT_START] and [HINT_END]. The *last*

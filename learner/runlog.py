@@ -1,4 +1,4 @@
-"""The run directory: config.yaml, tasks.json, metrics.jsonl, turns.jsonl, checkpoints/ (DESIGN.md section 2).
+"""The run directory: config.yaml, tasks.json, metrics.jsonl, turns.jsonl, checkpoints/ (docs/architecture.md, "Run directory").
 
 Logs are appended, never truncated (the original truncated them at every batch). Each turn
 line holds the sampler's exact ids and log-probs; the chat messages a prompt was rendered from

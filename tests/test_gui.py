@@ -184,7 +184,7 @@ def test_close_leaves_no_browser():
     cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in pids]
     main = [c for c in cmdlines if any(a.startswith(b"--user-data-dir") for a in c) and b"--type=renderer" not in c]
     assert main, cmdlines
-    for flag in CHROMIUM_ARGS:  # offline and headless, as DESIGN.md asks
+    for flag in CHROMIUM_ARGS:  # offline and headless, as docs/architecture.md, "Machines", says
         assert flag.encode() in main[0], flag
     env.close()
     assert browser_pids(marker) == set()

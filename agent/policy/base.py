@@ -1,4 +1,4 @@
-"""The one policy-client interface (DESIGN.md section 2, "Policy").
+"""The one policy-client interface (docs/architecture.md, "Policy").
 
 Every model-backed policy speaks token ids: `generate` samples a continuation with the
 log-prob of every sampled token; `score` returns the log-probs of given ids under the model

@@ -43,7 +43,7 @@ CHROMIUM_ARGS = (
 
 
 def configure_env() -> None:
-    """Point miniwob and Selenium at Debian's chromium and chromedriver, offline (DESIGN.md 3)."""
+    """Point miniwob and Selenium at Debian's chromium and chromedriver, offline (docs/architecture.md, "Machines")."""
     os.environ.setdefault("MINIWOB_CHROME_BINARY", shutil.which("chromium") or "/usr/bin/chromium")
     os.environ.setdefault("MINIWOB_CHROMEDRIVER", shutil.which("chromedriver") or "/usr/bin/chromedriver")
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not try to download drivers

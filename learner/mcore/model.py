@@ -1,7 +1,7 @@
 """megatron-core in this process: process groups, the GPTModel of an HF config, its loss-token
 forward, distributed gradient clipping and gathering the pieces of a sharded state dict.
 
-megatron-core 0.16.1 assumes CUDA in a few places. On a CPU-only torch (DESIGN.md section 3)
+megatron-core 0.16.1 assumes CUDA in a few places. On a CPU-only torch (docs/architecture.md, "Machines")
 `torch.cuda.current_device()` (where it puts rotary tables and p2p buffers) answers "cpu",
 `torch.cuda.synchronize()` does nothing, and inside `on_device()` the tensors it creates with
 device="cuda" (its pipeline schedules' token counters) are made on the CPU. Its RNG tracker is
