@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from envs.sandbox import cgroups, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
@@ -266,16 +266,8 @@ class BwrapSandbox:
         commands live on. With keep_shell=False: everything, the shell included."""
         spare = self._shell.pid if (keep_shell and self._shell is not None) else -1
         since = self._cmd_ticks if keep_shell else 0
-        for _ in range(50):  # a fork bomb respawns while we kill; the pids limit bounds it
-            victims = [p.pid for p in _processes() if p.uid == self.uid and p.ppid != spare and p.start >= since]
-            if not victims:
-                return
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.002)
+        _kill_until_gone(lambda: [p.pid for p in _processes()
+                                  if p.uid == self.uid and p.ppid != spare and p.start >= since])
 
     def _ensure_shell(self) -> None:
         if self._closed:
@@ -367,16 +359,7 @@ class BwrapSandbox:
 
     def _kill_namespace(self) -> None:
         """SIGKILL every process of the sandbox but its holder, until none is left."""
-        for _ in range(50):
-            victims = self._namespace_pids()
-            if not victims:
-                return
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.002)
+        _kill_until_gone(self._namespace_pids)
 
     def _snapshot(self) -> list[dict]:
         """The agent's processes: pid as the sandbox sees it, state, argv."""
@@ -546,3 +529,18 @@ def _track(sb: BwrapSandbox) -> None:
 def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> BwrapSandbox:
     """The backend entry point `envs.sandbox.open_sandbox` dispatches to."""
     return BwrapSandbox(image=image, limits=limits, **opts)
+
+
+def _kill_until_gone(victims: Callable[[], list[int]], rounds: int = 50) -> None:
+    """SIGKILL the pids `victims()` names until it names none (a fork bomb respawns while we
+    kill; the pids limit bounds it)."""
+    for _ in range(rounds):
+        pids = victims()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.002)
