@@ -2,10 +2,10 @@
 
 One `train_step` (PPO) or `sft_step` (NLL of demonstrations) = one optimizer step over the whole
 batch, by one path whatever the objective: samples are packed into micro-batches of at most
-`max_tokens_per_micro_batch` padded tokens, each micro-batch's loss is backpropagated (gradient accumulation), then the gradient is clipped and AdamW steps. The loss is
-normalised by the batch's sample count, so the accumulated gradient is the gradient of the
-batch loss whatever the packing. Fully masked samples count in that denominator but are not
-computed.
+`max_tokens_per_micro_batch` padded tokens, each micro-batch's loss is backpropagated (gradient
+accumulation), then the gradient is clipped and AdamW steps. The loss is normalised by the
+batch's sample count, so the accumulated gradient is the gradient of the batch loss whatever the
+packing. Fully masked samples count in that denominator but are not computed.
 
 Only the hidden states of loss tokens go through the LM head (multi-turn prompts are long, and
 their logits would be thrown away). Parameters and optimizer state are float32; `bf16=True`
