@@ -49,7 +49,7 @@ FIGURES: list[Figure] = [
     ("outcome", "outcome (mean)", ("outcome_mean",)),
     ("prm_score", "PRM score (mean)", ("prm_score_mean",)),
     ("opd_accept", "OPD acceptance rate", ("opd_accept_rate",)),
-    ("personalization", "personalization (held out)", ("personalization",)),
+    ("personalization", "personalization (held out, per task)", ("personalization/scores",)),
     ("heldout_pass1", "pass@1 (held out)", ("heldout/pass@1",)),
     ("heldout_outcome", "outcome per held-out task (mean)", ("heldout/outcomes",)),
     ("throughput", "throughput (response tokens/s)", ("throughput", "tokens_per_s")),

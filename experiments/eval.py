@@ -79,8 +79,9 @@ def report_md(report: dict[str, Any], result: HeldOutResult) -> str:
              f"env {report['env']}, {who}: {len(result.outcomes)} held-out tasks (eval.seed={s['seed']}), "
              f"{s['k']} episode(s) each at temperature {s['temperature']}.", "", result.table()]
     if report.get("personalization") is not None:
-        lines += ["", f"personalization (first responses): {report['personalization']:.3f} over "
-                      f"{report['personalization_n']} tasks"]
+        lines += ["", f"personalization (first responses): {report['personalization']:.3f} "
+                      f"[{report['personalization_lo']:.3f}, {report['personalization_hi']:.3f}] (bootstrap 95% CI) "
+                      f"over {report['personalization_n']} tasks"]
     return "\n".join(lines) + "\n"
 
 

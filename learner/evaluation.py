@@ -17,7 +17,9 @@ Figures, under the same flat names in metrics.jsonl and W&B (row k: the policy a
   heldout/k, heldout/excluded      samples per task; episodes cut by infra_error/timeout (not counted)
   heldout/outcomes        {task id: [outcome per sample, null if excluded]}: per-task results, for
                           pairing runs task by task (experiments/compare.py)
-  personalization, personalization_n   the chat_sim score and its number of tasks
+  personalization         the chat_sim score: mean over held-out tasks of the rubric share of the
+                          first reply, with personalization_lo / _hi (bootstrap over tasks) and _n
+  personalization/scores  {task id: [score]}: per-task scores, for pairing runs task by task
 """
 from __future__ import annotations
 
@@ -155,7 +157,12 @@ class PersonalizationEvaluator:
 
     async def __call__(self) -> dict[str, Any]:
         scores = await asyncio.gather(*(self._one(i, t) for i, t in enumerate(self.tasks)))
-        return {"personalization": float(np.mean(scores)) if scores else None, "personalization_n": len(scores)}
+        if not scores:
+            return {"personalization": None, "personalization_n": 0}
+        e = bootstrap_mean(scores)
+        return {"personalization": e.value, "personalization_lo": e.lo, "personalization_hi": e.hi,
+                "personalization_n": e.n,
+                "personalization/scores": {t.task_id: [s] for t, s in zip(self.tasks, scores)}}
 
 
 def merged(evaluators: list[Evaluator]) -> Evaluator | None:
@@ -170,3 +177,35 @@ def merged(evaluators: list[Evaluator]) -> Evaluator | None:
         return out
 
     return evaluate
+
+
+# The held-out headline of a run, in order of preference: chat_sim's score, else the success rate.
+CURVE_FIGURES = (("personalization", "personalization"), (f"{PREFIX}pass@1", "held-out pass@1"))
+
+
+def heldout_curve(rows: list[dict[str, Any]]) -> list[str]:
+    """The end-of-run report of a training run's held-out figure: its value with the 95% interval
+    after each evaluated update (row k holds the policy after k updates), then start against end
+    in words. No lines when no row was evaluated."""
+    for key, title in CURVE_FIGURES:
+        points = [(r.get("phase") or int(r["step"]), Estimate(r[key], r[f"{key}_lo"], r[f"{key}_hi"], int(r.get(f"{key}_n", 0))))
+                  for r in rows if isinstance(r.get(key), (int, float)) and f"{key}_lo" in r]
+        if points:
+            break
+    else:
+        return []
+    lines = [f"{title} (95% CI) after N updates:"]  # a labelled row (the model before a warm start) by its label
+    lines += [f"  {step:>4}: {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] n={e.n}" for step, e in points]
+    (s0, a), (s1, b) = points[0], points[-1]
+    if b.lo > a.hi:
+        verdict = "rose beyond both intervals (they do not overlap)"
+    elif b.value > a.hi:
+        verdict = "rose above the start's interval, but the intervals overlap"
+    elif b.value > a.value:
+        verdict = "rose within the intervals: not distinguishable from noise"
+    else:
+        verdict = "did not rise"
+    start = f"after {s0}" if isinstance(s0, int) else s0
+    lines.append(f"start ({start}) {a.value:.3f} [{a.lo:.3f}, {a.hi:.3f}] -> end (after {s1}) "
+                 f"{b.value:.3f} [{b.lo:.3f}, {b.hi:.3f}]: {verdict}")
+    return lines

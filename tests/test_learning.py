@@ -122,4 +122,8 @@ def test_combine_raises_personalization_of_a_one_preference_persona(tmp_path, pe
     assert len(scores) == steps + 1 and rows[-1]["eval_only"]
     assert scores[0] <= 0.75, scores
     assert scores[-1] >= scores[0] + 0.2 and min(scores[-3:]) > scores[0], scores
+    for r in rows:  # each score with its bootstrap interval and the per-task scores it is the mean of
+        per_task = [s for (s,) in r["personalization/scores"].values()]
+        assert len(per_task) == r["personalization_n"] == 32 and sum(per_task) / 32 == pytest.approx(r["personalization"])
+        assert r["personalization_lo"] <= r["personalization"] <= r["personalization_hi"]
     assert all(r["status_counts"].get("infra_error", 0) == 0 for r in rows[:-1])
