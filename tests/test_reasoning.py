@@ -51,6 +51,26 @@ def test_wrong_or_missing_answer_is_minus_one():
     assert "Answer:" in info["next_state"].content
 
 
+def test_with_max_turns_a_wrong_or_unmarked_reply_is_told_so_and_retried_until_the_last():
+    env = ReasoningEnv(tasks=SMALL, max_turns=3)
+    task = env.load_task("chain_sum/0")
+    env.reset(options={"task_id": "chain_sum/0"})
+    _, reward, terminated, truncated, info = env.step(f"Answer: {int(task.answer) + 1}")
+    ns = info["next_state"]
+    assert not (terminated or truncated) and reward == 0.0 and info["outcome"] is None
+    assert ns.data["verdict"] == -1 and "incorrect. Try again." in ns.content and "Answer:" in ns.content
+    _, _, terminated, truncated, info = env.step("no idea")  # unmarked: a hint, still not the end
+    assert not (terminated or truncated) and info["status"] == "invalid_action"
+    _, reward, terminated, _, info = env.step(f"Answer: {task.answer}")
+    assert terminated and reward == 1.0 and info["turn"] == 3
+    for last in (f"Answer: {int(task.answer) + 1}", "no idea"):  # the last attempt ends it either way
+        env.reset(options={"task_id": "chain_sum/0"})
+        env.step("no idea")
+        env.step("no idea")
+        _, reward, terminated, truncated, info = env.step(last)
+        assert (terminated or truncated) and reward == -1.0 and info["outcome"] == -1.0
+
+
 @pytest.mark.parametrize("text, expected", [
     ("Answer: 42", "42"),
     ("**Answer:** 42.", "42"),

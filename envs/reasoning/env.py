@@ -4,7 +4,9 @@
 `{name, size, config, label}`). The agent answers in its reply (`Answer: X` or `\\boxed{X}`;
 the last marker wins, see `answers.py`); reasoning-gym's `score_answer` grades it, and the
 outcome is +1 when the score reaches `threshold`, else -1. Single-turn by default (a reply
-without an answer ends the episode too: invalid_action, -1); with `tool=python` the agent may
+without an answer ends the episode too: invalid_action, -1); with `max_turns=N` (no tool) each
+reply is an attempt, and a wrong or unmarked one is told so (verdict -1 in the next state) and
+retried until the N-th, which ends the episode either way; with `tool=python` the agent may
 first run code in the toolcall env's sandboxed python tool (same tool, same tool-call parsing)
 and answers when it replies without a tool call (one without an answer gets a hint instead).
 Held-out tasks (`task_split`) come from a generator seed of their own and never repeat a
@@ -131,10 +133,12 @@ class ReasoningEnv(ToolCallEnv):
         return self._grade(parsed.text)
 
     def _grade(self, text: str) -> StepResult:
+        # without the tool every turn is an attempt: a wrong one is told so and, while turns remain, retried
+        last = self.turn + 1 >= self.max_turns
         answer = extract_answer(text)
         if answer is None:
             result = self._invalid("no final answer found", role="user", hint=f"{FORMAT}.")
-            if not self.use_tool:  # the one reply is spent: the episode ends (terminated), failed
+            if not self.use_tool and last:  # the last reply is spent: the episode ends (terminated), failed
                 result.done, result.outcome = True, -1.0
             return result
         assert self.task is not None
@@ -150,7 +154,9 @@ class ReasoningEnv(ToolCallEnv):
         verdict = 1 if correct else -1
         data.update(score=score, correct=correct, verdict=verdict)
         content = f"Your answer {answer} is {'correct' if correct else 'incorrect'}."
-        return StepResult(NextState("user", content, "answer", data), Status.OK, done=True, outcome=float(verdict))
+        if correct or self.use_tool or last:
+            return StepResult(NextState("user", content, "answer", data), Status.OK, done=True, outcome=float(verdict))
+        return StepResult(NextState("user", f"{content} Try again. {FORMAT}.", "answer", data), Status.OK)
 
     def random_action(self, rng: np.random.Generator) -> str:
         """Tool-call noise (with the tool) or answers in every accepted form, right or wrong."""
