@@ -21,7 +21,7 @@ from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
 from agent.policy.models import learner_bf16
 from agent.rollout import EpisodeJob, Runner
-from envs.base import ENVS, AgentEnv
+from envs.base import ENVS, AgentEnv, TaskSplit
 from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
 from learner.judges import LLMJudge, RulesJudge
 from learner.loop import Evaluator
@@ -409,24 +409,32 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
                     max_staleness=int(cfg.learner.get("max_staleness", 1)), evaluator=evaluator)
 
 
-def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog) -> tuple[Any, Policy]:
-    """mode=sft: the SFT run and the policy whose actors act out oracle demonstrations."""
+def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:
+    """The run's training / held-out split (eval.n_tasks, eval.seed), from an env of its own."""
+    env = make_env()
+    try:
+        return env.task_split(int(cfg.eval.n_tasks), int(cfg.eval.seed))
+    finally:
+        env.close()
+
+
+def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
+              settings: DictConfig | None = None) -> tuple[Any, Policy]:
+    """The SFT run of mode=sft (or of `settings`: warm_start=sft) and the policy whose actors act
+    out oracle demonstrations."""
     from learner.sft import SFT, SFTConfig
     from learner.sft_demos import read_transcripts
 
-    m = cfg.mode
+    m = cfg.mode if settings is None else settings
+    where = "mode" if settings is None else "warm_start"
     if str(cfg.learner.name) != "torch":
-        raise ConfigError(f"mode=sft trains with the torch learner only; use learner=torch (not learner={cfg.learner.name})")
+        raise ConfigError(f"{where}=sft trains with the torch learner only; use learner=torch (not learner={cfg.learner.name})")
     for key in ("n_demos", "epochs", "batch_size"):
         if m.get(key) is None or int(m[key]) < 1:
-            raise ConfigError(f"mode.{key} must be a positive number (got {m.get(key)})")
+            raise ConfigError(f"{where}.{key} must be a positive number (got {m.get(key)})")
     source = str(m.demos)
     transcripts = None if source == "oracle" else read_transcripts(source, int(m.n_demos))
-    env = make_env()
-    try:
-        split = env.task_split(int(cfg.eval.n_tasks), int(cfg.eval.seed))
-    finally:
-        env.close()
+    split = env_split(cfg, make_env)
     leaked = sorted({t.task_id for t in transcripts or [] if t.task_id in set(split.held_out)})
     if leaked:
         raise ConfigError(f"{source}: transcripts of held-out tasks {leaked[:3]} must not be trained on "

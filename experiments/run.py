@@ -18,8 +18,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.policy.base import PolicyUnavailable
-from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft,
+from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
                                    build_training, close_all, eval_settings)
+from experiments.warm_start import enabled as warm_start_enabled, warm_start
+from learner.evaluation import heldout_curve
 from learner.loop import LoopConfig, run_loop
 from learner.runlog import RunLog
 from learner.sft_demos import DemoError
@@ -62,25 +64,32 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     closers: list = []
     settings = eval_settings(cfg)
     make_env = build_env(cfg, closers)
-    sft = None
+    sft, split, before = None, None, None
+    warm = warm_start_enabled(cfg)
     if str(cfg.mode.name) == "sft":
         sft, policy = await asyncio.to_thread(build_sft, cfg, make_env, runlog)
     else:
+        if warm:  # SFT first; cfg.model.path becomes its checkpoint
+            split = await asyncio.to_thread(env_split, cfg, make_env)
+            before = await warm_start(cfg, make_env, runlog, split.held_out)
         policy = build_policy(cfg)
     runner = build_runner(cfg, make_env, policy, closers)
     try:
         if sft is not None:
             return await sft.run(runner)
         # rollouts draw from split.train only, whether or not this run evaluates (eval.every=0)
-        split = await runner.task_split(settings.n_tasks, settings.seed)
+        split = split or await runner.task_split(settings.n_tasks, settings.seed)
         runlog.write_split(split, settings.seed)
         loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step), group_size=int(cfg.group_size),
                               seed=int(cfg.seed), task_ids=split.train, eval_every=settings.every)
         evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
         if cfg.mode.train:
             training = await build_training(cfg, policy, runner, runlog, evaluator)
-            return await training.run(loop_cfg)
-        return await run_loop(runner, loop_cfg, runlog, evaluator=evaluator)
+            rows = await training.run(loop_cfg)
+        else:
+            rows = await run_loop(runner, loop_cfg, runlog, evaluator=evaluator)
+        # the starting model's figures lead the list (its own row is in run_dir/warm_start)
+        return ([{"step": 0, "eval_only": True, **before}] if before else []) + rows
     finally:
         await asyncio.to_thread(runner.close)
         await policy.aclose()
@@ -122,6 +131,8 @@ def main(cfg: DictConfig) -> None:
         return
     trained = [r for r in rows if not r.get("eval_only")]
     last = trained[-1] if trained else {}
+    for line in heldout_curve(rows):
+        log.info("%s", line)
     log.info("done: %d steps, outcome_mean=%s, run dir %s", len(trained), last.get("outcome_mean"), runlog.dir)
 
 

@@ -85,15 +85,16 @@ class SFT:
         keep = [s for s in samples if s.n_tokens <= self.cfg.max_context]
         return keep, len(samples) - len(keep)
 
-    async def run(self, runner: Runner) -> list[dict[str, Any]]:
-        """Demonstrations, the epochs, the checkpoint; returns the metrics rows written."""
+    async def run(self, runner: Runner, before: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Demonstrations, the epochs, the checkpoint; returns the metrics rows written. `before`:
+        figures of the policy before training (held-out evaluation), logged in the first row."""
         c = self.cfg
         train, held_out = await self.demonstrations(runner)
         if not held_out:
             log.warning("no held-out demonstrations (the env has too few tasks, or eval.n_tasks=0): no held-out NLL")
         rng = np.random.default_rng(c.seed)
         steps = 0
-        row: dict[str, Any] = {"step": 0, "epoch": 0, "demos": len(train), "heldout_demos": len(held_out),
+        row: dict[str, Any] = {"step": 0, "epoch": 0, **(before or {}), "demos": len(train), "heldout_demos": len(held_out),
                                "heldout_nll": await asyncio.to_thread(mean_nll, self.learner, held_out)}
         rows = [row]
         self.runlog.metrics(row)

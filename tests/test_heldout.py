@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from agent.actors import OracleActor, RandomActor
 from agent.rollout import Runner
 from experiments.run import experiment
-from learner.evaluation import EpisodeEvaluator, HeldOutResult, eval_jobs
+from learner.evaluation import EpisodeEvaluator, HeldOutResult, eval_jobs, heldout_curve
 from learner.loop import LoopConfig, eval_due
 from learner.runlog import RunLog
 from learner.wandb_log import flatten
@@ -62,6 +62,25 @@ def test_estimates_equal_the_hand_computed_ones():
     assert set(HeldOutResult(k=3, outcomes={"a": [1.0, None, None]}).estimates()) == {"pass@1", "outcome_mean"}
     assert HeldOutResult(k=1, outcomes={"a": [None]}).row() == {"heldout/k": 1, "heldout/excluded": 1,
                                                                 "heldout/outcomes": {"a": [None]}}
+
+
+def test_heldout_curve_states_start_against_end():
+    def row(step, v, lo, hi):
+        return {"step": step, "heldout/pass@1": v, "heldout/pass@1_lo": lo, "heldout/pass@1_hi": hi, "heldout/pass@1_n": 40}
+
+    start = row(0, 0.1, 0.04, 0.23)
+    lines = heldout_curve([start, {"step": 1, "reward_mean": 0.5}, row(4, 0.5, 0.35, 0.65)])
+    assert lines == ["held-out pass@1 (95% CI) after N updates:",
+                     "     0: 0.100 [0.040, 0.230] n=40", "     4: 0.500 [0.350, 0.650] n=40",
+                     "start (after 0) 0.100 [0.040, 0.230] -> end (after 4) 0.500 [0.350, 0.650]: "
+                     "rose beyond both intervals (they do not overlap)"]
+    assert heldout_curve([start, row(4, 0.3, 0.2, 0.45)])[-1].endswith("rose above the start's interval, but the intervals overlap")
+    assert heldout_curve([start, row(4, 0.2, 0.1, 0.3)])[-1].endswith("not distinguishable from noise")
+    assert heldout_curve([start, row(4, 0.1, 0.04, 0.23)])[-1].endswith("did not rise")
+    # chat_sim's personalization comes first; rows without intervals (older runs) print nothing
+    both = [dict(start, personalization=0.2, personalization_lo=0.1, personalization_hi=0.3, personalization_n=16)]
+    assert heldout_curve(both)[0] == "personalization (95% CI) after N updates:"
+    assert heldout_curve([{"step": 0, "personalization": 0.5}]) == []
 
 
 def test_eval_rows_follow_eval_every():
@@ -147,6 +166,7 @@ def trained_run(tmp_path_factory):
                 "sampling.max_new_tokens=4", "eval.every=2", "eval.n_tasks=2", "learner.max_staleness=0",
                 "wandb.mode=disabled", f"run_dir={run_dir}", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
+    (run_dir / "stdout.txt").write_text(p.stdout + p.stderr)
     return run_dir
 
 
@@ -163,6 +183,9 @@ def test_training_never_draws_a_held_out_task_and_evaluates_on_schedule(trained_
         if "heldout/pass@1" in r:
             assert set(r["heldout/outcomes"]) == set(split["held_out"])
             assert r["heldout/pass@1_lo"] <= r["heldout/pass@1"] <= r["heldout/pass@1_hi"]
+    printed = (trained_run / "stdout.txt").read_text()  # the run ends with its held-out curve
+    assert "held-out pass@1 (95% CI) after N updates:" in printed and "start (after 0)" in printed
+    assert all(f"  {k:>4}: " in printed for k in (0, 2, 4, 5))
 
 
 @pytest.mark.slow

@@ -186,3 +186,29 @@ def test_sft_run_end_to_end_then_a_run_from_its_checkpoint(tmp_path):
                 "sampling.max_new_tokens=4", f"run_dir={tmp_path}/rl")
     assert p.returncode == 0, p.stderr[-3000:]
     assert (tmp_path / "rl" / "checkpoints" / "latest" / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_warm_start_runs_sft_first_and_rl_trains_on_from_its_checkpoint(tmp_path):
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    args = [*TOY, "mode=outcome", "model=tiny", "warm_start=sft", "warm_start.n_demos=8", "warm_start.epochs=2",
+            "warm_start.batch_size=4", "warm_start.lr=0.01", "eval.n_tasks=2", "eval.every=1", "steps=1",
+            "tasks_per_step=2", "group_size=2", "sampling.max_new_tokens=4", "learner.lr=0.0", f"run_dir={run}"]
+    p = run_cli(*args)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "warm_start" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1, 2] and rows[-1]["heldout_nll"] < rows[0]["heldout_nll"]
+    assert rows[0]["phase"] == "before warm start" and "heldout/pass@1_lo" in rows[0]  # the base model, held out
+    warm = load_file(run / "warm_start" / "checkpoints" / "latest" / "model" / "model.safetensors")
+    after_rl = load_file(run / "checkpoints" / "latest" / "model" / "model.safetensors")  # lr 0: RL leaves it as it was
+    assert all(torch.equal(warm[k], after_rl[k]) for k in warm)
+    base = TorchLearner("tiny", seed=0).model.state_dict()
+    assert any(not torch.equal(base[k], warm[k]) for k in warm)  # and that is not the base model
+    assert "  before warm start: " in p.stdout + p.stderr and "start (before warm start) " in p.stdout + p.stderr
+    p = run_cli(*args, "resume=true")  # a resumed job reuses the finished warm start
+    assert p.returncode == 0 and "warm start: reusing" in p.stdout + p.stderr, p.stderr[-3000:]
+    p = run_cli(*TOY, "mode=sft", "model=tiny", "warm_start=sft", f"run_dir={tmp_path}/bad")
+    assert p.returncode != 0 and p.stderr.strip().splitlines()[-1] == (
+        "error: warm_start=sft goes with an RL mode; mode=sft is the warm start on its own")

@@ -1,0 +1,67 @@
+"""`warm_start=sft`: a supervised warm start before RL, in one job.
+
+In run_dir/warm_start (a run dir of its own: metrics.jsonl, demos.json, checkpoints/latest/model):
+the held-out evaluation of the starting model (the same split and evaluator RL uses), then SFT on
+demonstrations with warm_start's settings (mode=sft's keys). The RL run then starts from that
+checkpoint: cfg.model.path points at it, so the engine, the learner and a frozen OPD teacher all
+load the warm-started weights. A resumed run (resume=true) reuses a finished warm start.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from omegaconf import DictConfig, open_dict
+
+from envs.base import AgentEnv
+from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft, close_all
+from learner.runlog import RunLog
+
+log = logging.getLogger(__name__)
+BEFORE = "before warm start"  # the label of the starting model's held-out figures
+
+
+def enabled(cfg: DictConfig) -> bool:
+    name = str(cfg.get("warm_start", {}).get("name", "none"))
+    if name not in ("none", "sft"):
+        raise ConfigError(f"warm_start must be none or sft, got {name!r}")
+    if name == "sft" and str(cfg.mode.name) == "sft":
+        raise ConfigError("warm_start=sft goes with an RL mode; mode=sft is the warm start on its own")
+    return name == "sft"
+
+
+async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
+                     held_out: list[str]) -> dict[str, Any] | None:
+    """Run the warm start (or find a finished one) and point cfg.model.path at its checkpoint.
+    Returns the starting model's held-out figures (None when reused or when nothing is held out),
+    labelled `phase: before warm start`."""
+    ws = RunLog(runlog.dir / "warm_start")
+    model = ws.checkpoints / "latest" / "model"
+    before: dict[str, Any] | None = None
+    if bool(cfg.resume) and (model / "config.json").is_file():
+        log.info("warm start: reusing %s", model)
+    else:
+        closers: list = []
+        policy = build_policy(cfg)
+        try:
+            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, held_out, closers)
+            if evaluator is not None:
+                before = {"phase": BEFORE, **await evaluator()}
+        finally:
+            await policy.aclose()
+            await close_all(closers)
+        closers = []
+        sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start)
+        runner = build_runner(cfg, make_env, demos, closers)
+        try:
+            rows = await sft.run(runner, before)
+        finally:
+            await asyncio.to_thread(runner.close)
+            await close_all(closers)
+        ws.close()
+        log.info("warm start: %d epochs, held-out NLL %s -> %s; RL starts from %s", rows[-1]["epoch"],
+                 rows[0]["heldout_nll"], rows[-1]["heldout_nll"], rows[-1]["model_path"])
+    with open_dict(cfg):
+        cfg.model.path = str(model.resolve())
+    return before
