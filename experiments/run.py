@@ -19,6 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.policy.base import PolicyUnavailable
+from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft,
                                    build_training, close_all, eval_settings, loop_config)
 from learner.loop import run_loop
@@ -103,6 +104,7 @@ def main(cfg: DictConfig) -> None:
 
         MegatronLearner.from_config(cfg).follow()  # under torchrun rank 0 runs the experiment; this rank its learner calls
         return
+    sigterm_as_sigint()
     setup_logging()
     try:
         loop_config(cfg)  # the counts checked before the run dir is written
