@@ -288,7 +288,11 @@ class BwrapSandbox:
             restarted, self._restarted = self._restarted, False
             assert self._session is not None
             self._cmd_ticks = _boot_ticks()
+            ooms = self._cgroup.oom_kills() if self._cgroup is not None else 0
             raw = self._session.run(command, timeout, max(max_output, 1), workdir, stdin_data)
+            if self._cgroup is not None and self._cgroup.oom_kills() > ooms:
+                raw.stderr += (f"\n[memory limit: the sandbox reached its {self.limits.memory_mb} MB; files in /tmp and "
+                               f"{self.workdir} count against it (tmpfs), so the kernel killed a process]").encode()
             if raw.shell_exited and self._shell is not None and raw.exit_code is None and not raw.timed_out:
                 try:  # the command ended the shell (`exit 3`): report the shell's status
                     raw.exit_code = self._shell.wait(timeout=1.0)

@@ -18,8 +18,9 @@ A sandbox lives on one engine (engine.py: the local one, or a host that placemen
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
 Containers run with no network, the image's non-root user `agent`, an init, every capability
-dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`; `disk_mb` binds only
-where the engine's storage can cap it (overlay2 on xfs with pquota), not on ext4.
+dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`; `disk_mb` binds as
+a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as
+a per-file size limit plus diskwatch.py's watchdog, which stops a container past its cap.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from typing import Any, Callable
 import docker
 import requests
 
-from envs.sandbox import verifier
+from envs.sandbox import diskwatch, verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
@@ -127,6 +128,8 @@ def create_container(
             # user's processes run with no capabilities, and no-new-privileges keeps it so.
             cap_add=list(cap_add),
             security_opt=["no-new-privileges"],
+            # no quota: no file grows past the cap (the kernel's RLIMIT_FSIZE); the watchdog sums them
+            ulimits=None if quota else [docker.types.Ulimit(name="fsize", soft=limits.disk_mb << 20, hard=limits.disk_mb << 20)],
         )
         try:
             cid = api.create_container(
@@ -147,6 +150,9 @@ def create_container(
             raise SandboxError(f"docker create failed: {e}") from e
     try:
         api.start(cid)
+        if not quota:
+            upper = api.inspect_container(cid).get("GraphDriver", {}).get("Data", {}).get("UpperDir", "")
+            diskwatch.watch(cid, upper, limits.disk_mb, lambda: api.kill(cid))
     except API_ERRORS as e:
         remove_container(cid, url)
         raise SandboxError(f"docker start failed: {e}") from e
@@ -264,6 +270,8 @@ class DockerSandbox:
         except API_ERRORS as e:
             what += f" (daemon error: {e})"
         where = f" on {engine_name(self.engine)}" if self.engine else ""
+        if (why := diskwatch.reason(self.id)) is not None:
+            what = f"{why}; {what}"
         return SandboxError(f"sandbox {self.id[:12]}{where}: {what}")
 
     def _container_running(self) -> bool:
