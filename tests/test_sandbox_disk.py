@@ -65,3 +65,15 @@ def test_bwrap_tmpfs_writes_past_memory_say_so():
         assert r.exit_code == -9 and "[memory limit: the sandbox reached its 128 MB" in r.stderr
     finally:
         sb.close()
+
+
+@pytest.mark.bwrap
+def test_bwrap_sandboxes_cannot_create_user_namespaces():
+    sb = _open("bwrap")
+    try:
+        r = sb.exec("unshare -U true; echo rc=$?; python3 -c 'import threading; t = threading.Thread(target=print); "
+                    "t.start(); t.join()' && echo threads-ok")
+        assert "rc=1" in r.stdout and "Operation not permitted" in r.stderr
+        assert "threads-ok" in r.stdout  # clone3 refused with ENOSYS: libc falls back, threads still start
+    finally:
+        sb.close()
