@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from envs.sandbox import Limits, SandboxError, open_sandbox
+from envs.sandbox import Limits, SandboxLimitError, open_sandbox
 from envs.sandbox.engine import engine_available
 
 CAP = Limits(memory_mb=1024, disk_mb=256, pids=64)
@@ -46,13 +46,33 @@ def test_docker_many_files_past_the_cap_stop_the_sandbox():
     sb = _open("docker")
     try:
         t0 = time.monotonic()
-        with pytest.raises(SandboxError, match="wrote past its disk cap"):
+        with pytest.raises(SandboxLimitError, match="wrote past its disk cap"):
             # each file under the per-file cap, 3 GB in all: the watchdog stops the container
             sb.exec("for i in $(seq 12); do dd if=/dev/zero of=/tmp/f$i bs=1M count=250 status=none; done; sleep 30",
                     timeout=60)
         assert time.monotonic() - t0 < 20
     finally:
         sb.close()
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_a_terminal_episode_past_the_disk_cap_is_the_agents_failure():
+    from envs.terminal.env import TerminalEnv
+    from envs.tool_calls import render_tool_call
+
+    env = TerminalEnv(sandbox="docker", pool_size=1)
+    env.limits = Limits(memory_mb=1024, disk_mb=64, pids=64)
+    try:
+        env.reset(options={"task_id": "merge-numbers"})
+        fill = "for i in 1 2 3 4; do dd if=/dev/zero of=/tmp/f$i bs=1M count=60 status=none; done; sleep 20"
+        _, reward, term, trunc, info = env.step(render_tool_call("bash", {"command": fill, "timeout": 60}))
+        # not infra_error (which leaves the batch): the agent's doing, an ended episode with the fail outcome
+        assert info["status"] == "env_error" and term and not trunc, info
+        assert reward == -1.0 and info["outcome"] == -1.0
+        assert "wrote past its disk cap" in info["next_state"].content
+    finally:
+        env.close()
 
 
 @pytest.mark.bwrap

@@ -13,7 +13,8 @@ If the shell itself does not answer then (a builtin loop, `exec >f`), it is kill
 on the next command, whose result says shell_restarted. If even the helper cannot run (a fork
 bomb holds every pid), the container is restarted: files stay.
 
-A container that stops, or a daemon error, raises SandboxError (the env reports infra_error).
+A container that stops, or a daemon error, raises SandboxError (the env reports infra_error);
+one the disk watchdog stopped raises SandboxLimitError (the agent's doing: env_error).
 A sandbox lives on one engine (engine.py: the local one, or a host that placement.py chose) and
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
@@ -41,7 +42,7 @@ import requests
 from envs.sandbox import diskwatch, verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
-from envs.sandbox.protocol import ExecResult, Limits, SandboxError
+from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
 from envs.sandbox.shell import (
     _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
     exec_result, frame_command, kill_threshold,
@@ -260,7 +261,8 @@ class DockerSandbox:
             return False
 
     def _infra_error(self, what: str) -> SandboxError:
-        """A SandboxError that says what became of the container."""
+        """A SandboxError that says what became of the container (SandboxLimitError where the
+        disk watchdog stopped it)."""
         try:
             st = self._api.inspect_container(self.id)["State"]
             if not st.get("Running"):
@@ -271,7 +273,7 @@ class DockerSandbox:
             what += f" (daemon error: {e})"
         where = f" on {engine_name(self.engine)}" if self.engine else ""
         if (why := diskwatch.reason(self.id)) is not None:
-            what = f"{why}; {what}"
+            return SandboxLimitError(f"sandbox {self.id[:12]}{where}: {why}; {what}")
         return SandboxError(f"sandbox {self.id[:12]}{where}: {what}")
 
     def _container_running(self) -> bool:
