@@ -19,7 +19,8 @@ A sandbox lives on one engine (engine.py: the local one, or a host that placemen
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
 Containers run with no network, the image's non-root user `agent`, an init, every capability
-dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`; `disk_mb` binds as
+dropped (root's execs keep VERIFIER_CAPS where a verifier will run), no-new-privileges, and the
+memory / pids / CPU limits of `Limits`; `disk_mb` binds as
 a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as
 a per-file size limit plus diskwatch.py's watchdog, which stops a container past its cap.
 """
@@ -49,6 +50,9 @@ from envs.sandbox.shell import (
 )
 
 DEFAULT_USER = "agent"
+# Root's capabilities in a container a verifier will run in (open_sandbox(verifier=True)): kill
+# the agent's processes, read what it made private. Other containers keep none.
+VERIFIER_CAPS = ("KILL", *verifier.CAPS)
 ENGINE_FILES = ("/usr/sbin/docker-init",)  # what the engine itself adds to a container (docker diff shows it)
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
@@ -104,7 +108,7 @@ def create_container(
     labels: dict[str, str],
     cap_drop: tuple[str, ...] = ("ALL",),
     url: str | None = None,
-    cap_add: tuple[str, ...] = ("KILL", *verifier.CAPS),
+    cap_add: tuple[str, ...] = (),
 ) -> str:
     """Create and start a container that idles under `init` (`sleep infinity`) on engine `url`
     (None: the primary); returns its id."""
@@ -611,7 +615,8 @@ def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: An
     image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
     the number of episodes run at once), user, workdir (where the shell starts and relative paths
     resolve; default the image's WORKDIR; created for the user if missing), deadline_s (how long a
-    container may live before any sweeper removes it), acquire_timeout (s)."""
+    container may live before any sweeper removes it), verifier (root gets VERIFIER_CAPS, which
+    `verify` needs; default False), acquire_timeout (s)."""
     from envs.sandbox import images, pool
 
     if image is None:

@@ -166,7 +166,7 @@ class TerminalEnv(AgentEnv):
         if key not in self._images:  # looked up (or built) once per env, not per episode
             self._images[key] = (images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}")
                                  if key else images.ensure_image("sandbox"))
-        return open_sandbox("docker", self._images[key], self.limits, pool_size=self.pool_size)
+        return open_sandbox("docker", self._images[key], self.limits, pool_size=self.pool_size, verifier=True)
 
     def _setup(self, task: Task) -> None:
         assert self._sb is not None
