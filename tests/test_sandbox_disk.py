@@ -88,12 +88,16 @@ def test_bwrap_tmpfs_writes_past_memory_say_so():
 
 
 @pytest.mark.bwrap
-def test_bwrap_sandboxes_cannot_create_user_namespaces():
+def test_bwrap_sandboxes_cannot_create_user_namespaces(tmp_path):
     sb = _open("bwrap")
     try:
         r = sb.exec("unshare -U true; echo rc=$?; python3 -c 'import threading; t = threading.Thread(target=print); "
                     "t.start(); t.join()' && echo threads-ok")
         assert "rc=1" in r.stdout and "Operation not permitted" in r.stderr
         assert "threads-ok" in r.stdout  # clone3 refused with ENOSYS: libc falls back, threads still start
+        # the verifier's root processes enter through the same path: refused there too
+        v = sb.verify(str(tmp_path), "unshare -U true; echo $? > /logs/verifier/reward.txt", sb.workdir, 30)
+        assert v.reward_text is not None and v.reward_text.strip() == "1", v.log
+        assert "Operation not permitted" in v.log
     finally:
         sb.close()
