@@ -61,6 +61,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -464,6 +465,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"proxy serving on {proxy.url} -> {target}", flush=True)
         while not stop.wait(1.0) and proxy.serving():
             pass
+    print("proxy stopped" + (" (interrupted)" if stop.is_set() else ""), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ them differently:
   ok              the action ran (a failing command is still "ok": the agent caused it).
   invalid_action  the action could not be understood (malformed or unknown tool call, bad args).
   env_error       the action ran but the env reported an error it caused (tool raised, the
-                  tool's own time or output limit fired).
+                  tool's own time or output limit fired, or the action drove the env past a
+                  hard limit that stopped it: see `_stopped`).
   infra_error     the env's machinery failed (sandbox died, daemon error): not the agent's fault.
   timeout         a harness deadline (step or episode) fired: not the agent's fault.
 Turns with infra_error or timeout never count as reward 0; they leave the batch.
@@ -167,6 +168,13 @@ class AgentEnv(gymnasium.Env):
 
     def _finish(self) -> None:
         """Free what one episode used (called at episode end, before the next reset)."""
+
+    def _stopped(self, error: str, kind: str) -> StepResult:
+        """The agent's action stopped the env under it (its sandbox wrote past the disk cap): the
+        episode ends as the agent's failure (env_error, `fail_outcome`), not an infrastructure
+        one; the next state says why (verdict -1: the action failed)."""
+        ns = NextState("tool", f"Error: {error}.", kind, {"error": error, "verdict": -1})
+        return StepResult(ns, Status.ENV_ERROR, done=True, outcome=self.fail_outcome)
 
     def system_prompt(self) -> str | None:
         return None

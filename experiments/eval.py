@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from agent.policy.base import PolicyUnavailable
+from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_eval_runner, build_personalization,
                                    build_policy, close_all, eval_settings)
 from experiments.run import setup_logging, unknown_env
@@ -87,6 +88,7 @@ def report_md(report: dict[str, Any], result: HeldOutResult) -> str:
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    sigterm_as_sigint()
     setup_logging()
     try:
         report, result = asyncio.run(evaluate(cfg))

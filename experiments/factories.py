@@ -24,7 +24,7 @@ from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv, TaskSplit
 from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
 from learner.judges import LLMJudge, RulesJudge
-from learner.loop import Evaluator
+from learner.loop import Evaluator, LoopConfig
 from learner.runlog import RunLog
 from learner.scorer import MODE_SIGNALS, NextStateScorer
 from learner.training import Training
@@ -38,6 +38,29 @@ class ConfigError(ValueError):
 
 
 _ENV_RESERVED = ("name", "id", "entry_point", "user_llm", "via_proxy")
+# What an env's constructor raises for options it cannot use (a missing or malformed env.data,
+# env.instances, env.tasks_dir): the user's to fix, so one line, not a traceback.
+_ENV_OPTION_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def count(cfg: DictConfig, key: str, least: int = 1) -> int:
+    """The whole number >= `least` at top-level `key` (steps, n_envs, ...), or a ConfigError."""
+    value = cfg.get(key)
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise ConfigError(f"{key}={value!r} is not a whole number; give e.g. {key}=4") from None
+    if n < least:
+        raise ConfigError(f"{key}={n}: must be at least {least}")
+    return n
+
+
+def loop_config(cfg: DictConfig) -> LoopConfig:
+    """The loop's counts, checked (n_envs too: the runner's) before the run writes anything;
+    steps=0 is a run that only writes its split (and evaluates nothing)."""
+    count(cfg, "n_envs")
+    return LoopConfig(steps=count(cfg, "steps", least=0), tasks_per_step=count(cfg, "tasks_per_step"),
+                      group_size=count(cfg, "group_size"), seed=int(cfg.seed))
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -98,7 +121,7 @@ class EnvMaker:
             use_docker_hosts(**self.docker)
         try:
             return self.cls(**self.opts)
-        except ValueError as e:  # an option's value the env refuses: its own one-line message
+        except _ENV_OPTION_ERRORS as e:  # an option's value the env refuses: its own one-line message
             raise ConfigError(f"env={self.cls.__name__}: {e}") from None
 
 

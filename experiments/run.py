@@ -7,6 +7,7 @@ what to do.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -18,11 +19,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from agent.policy.base import PolicyUnavailable
+from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
-                                   build_training, close_all, eval_settings)
+                                   build_training, close_all, eval_settings, loop_config)
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
 from learner.evaluation import heldout_curve
-from learner.loop import LoopConfig, run_loop
+from learner.loop import run_loop
 from learner.runlog import RunLog
 from learner.sft_demos import DemoError
 from learner.wandb_log import WandbSink
@@ -80,8 +82,7 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
         # rollouts draw from split.train only, whether or not this run evaluates (eval.every=0)
         split = split or await runner.task_split(settings.n_tasks, settings.seed)
         runlog.write_split(split, settings.seed)
-        loop_cfg = LoopConfig(steps=int(cfg.steps), tasks_per_step=int(cfg.tasks_per_step), group_size=int(cfg.group_size),
-                              seed=int(cfg.seed), task_ids=split.train, eval_every=settings.every)
+        loop_cfg = dataclasses.replace(loop_config(cfg), task_ids=split.train, eval_every=settings.every)
         evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
         if cfg.mode.train:
             training = await build_training(cfg, policy, runner, runlog, evaluator)
@@ -112,7 +113,12 @@ def main(cfg: DictConfig) -> None:
 
         MegatronLearner.from_config(cfg).follow()  # under torchrun rank 0 runs the experiment; this rank its learner calls
         return
+    sigterm_as_sigint()
     setup_logging()
+    try:
+        loop_config(cfg)  # the counts checked before the run dir is written
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
     runlog = RunLog(cfg.run_dir)
     runlog.write_config(OmegaConf.to_yaml(cfg, resolve=True))
     log.info("run %s -> %s", cfg.name, runlog.dir)
@@ -156,7 +162,14 @@ def unknown_env(argv: list[str]) -> str | None:
     return None
 
 
+def env_options_added(argv: list[str]) -> list[str]:
+    """`env.KEY=VALUE` as `++env.KEY=VALUE`: a key the env's yaml lacks is then added, not refused
+    by Hydra with a page, and env_factory's check names the options the env takes in one line."""
+    return [f"++{a}" if a.startswith("env.") and "=" in a else a for a in argv]
+
+
 if __name__ == "__main__":
     if (problem := unknown_env(sys.argv[1:])) is not None:
         sys.exit(problem)
+    sys.argv[1:] = env_options_added(sys.argv[1:])
     main()

@@ -4,7 +4,8 @@ Turns are scored the moment their next state exists (`on_turn` starts a task; ge
 never waits on a judge). After each step's update the learner's weights are written to
 run_dir/weights/vN and the serving engine loads them (`/update_weights_from_disk`) while it
 keeps serving; version N is what every later turn records. A checkpoint (weights, optimizer,
-step, version) is written after the step's metrics, so `resume=true` continues exactly.
+step, version) is written after the step's metrics, so `resume=true` continues exactly; records
+a killed run wrote past its checkpoint are cut on resume (RunLog.rewind).
 """
 from __future__ import annotations
 
@@ -128,6 +129,8 @@ class Training:
             info = await asyncio.to_thread(self.learner.load_checkpoint, latest)
             start = info["step"]
             await self._push_weights(info["policy_version"])
+        if self.resume:  # what a killed run logged after its checkpoint is done again: once
+            self.runlog.rewind(start)
         loop_cfg.max_staleness = self.max_staleness
         try:
             return await run_loop(self.runner, loop_cfg, self.runlog, trainer=self.train,

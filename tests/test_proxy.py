@@ -574,7 +574,7 @@ def test_command_line_proxy_records_and_closes_pending_on_stop(stack, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-    assert proc.returncode == 0
+    assert proc.returncode == 0 and "proxy stopped (interrupted)" in proc.stdout.read()
     files = [f for f in os.listdir(tmp_path) if f.startswith("turns-v")]
     rec, = [json.loads(line) for f in files for line in (tmp_path / f).read_text().splitlines()]
     assert rec["meta"]["session_id"] == "cli-a" and rec["meta"]["closed"] == "proxy_stopped"

@@ -1,6 +1,8 @@
 """A misconfigured run stops before it starts, with one line saying what to do."""
 from __future__ import annotations
 
+import pytest
+
 from tests.test_run_cli import run_cli
 
 
@@ -19,3 +21,38 @@ def test_docker_sandbox_without_an_engine_says_what_to_do(tmp_path, monkeypatch)
     p = run_cli("env=terminal", "sandbox=docker", "policy=oracle", "wandb.mode=disabled", f"run_dir={tmp_path}/r")
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert "no Docker engine answers" in p.stderr and "sandbox=bwrap" in p.stderr and "10-docker.sh" in p.stderr
+
+
+def _bad_files(tmp_path):
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    (tmp_path / "empty").mkdir()
+    return tmp_path
+
+
+BAD_INPUT = {  # case -> (overrides, what the one line names)
+    "data missing": (["env=toolcall", "env.data={t}/nope.jsonl"], "nope.jsonl"),
+    "data malformed": (["env=toolcall", "env.data={t}/bad.jsonl"], "bad.jsonl"),
+    "tasks_dir missing": (["env=terminal", "sandbox=bwrap", "env.tasks_dir={t}/nope"], "nope"),
+    "tasks_dir without tasks": (["env=terminal", "sandbox=bwrap", "env.tasks_dir={t}/empty"], "empty"),
+    "instances missing": (["env=swe", "env.instances={t}/nope.jsonl"], "nope.jsonl"),
+    "instances malformed": (["env=swe", "env.instances={t}/bad.jsonl"], "bad.jsonl"),
+    "steps not a number": (["env=toolcall", "steps=abc"], "steps='abc'"),
+    "steps negative": (["env=toolcall", "steps=-1"], "steps=-1: must be at least 0"),
+    "n_envs zero": (["env=toolcall", "n_envs=0"], "n_envs=0"),
+    "tasks_per_step negative": (["env=toolcall", "tasks_per_step=-1"], "tasks_per_step=-1"),
+    "group_size zero": (["env=toolcall", "group_size=0"], "group_size=0"),
+    "unknown env option": (["env=toolcall", "env.bogus=1"], "has no option bogus; it takes: data,"),
+}
+
+
+@pytest.mark.slow  # 12 CLI starts; each imports torch + transformers (~8 s CPU)
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_gets_one_line(tmp_path, case):
+    overrides, names = BAD_INPUT[case]
+    t = _bad_files(tmp_path)
+    p = run_cli(*(o.format(t=t) for o in overrides), "policy=oracle", "mode=eval", "wandb.mode=disabled",
+                f"run_dir={tmp_path}/r")
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    # swe needs Docker: without an engine the one line says that instead (also one line)
+    assert line.startswith("error: ") and (names in line or "no Docker engine answers" in line), line

@@ -205,3 +205,16 @@ def test_warm_acquire_is_fast(image):
     finally:
         for s in held:
             s.close()
+
+
+def test_only_verifier_sandboxes_give_root_capabilities(image):
+    from envs.sandbox import open_sandbox
+
+    kill_dac_fowner = 1 << 5 | 1 << 1 | 1 << 2 | 1 << 3  # CAP_KILL, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER
+    for verifier, want in ((False, 0), (True, kill_dac_fowner)):
+        s = open_sandbox("docker", image, SMALL, pool_size=1, verifier=verifier)
+        try:
+            _, out = s._root_exec(["grep", "CapEff", "/proc/self/status"])
+            assert int(out.split()[1], 16) == want, (verifier, out)
+        finally:
+            s.close()

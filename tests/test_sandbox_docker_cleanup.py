@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from envs.sandbox.engine import client, engine_available
 from envs.sandbox.protocol import Limits
-from tests.ready import start_ready
+from tests.ready import ROOT, start_ready
 
 pytestmark = [
     pytest.mark.docker,
@@ -163,3 +164,45 @@ def test_128_sandboxes_at_once(image):
     while {c["Id"] for c in _containers(sweeper.run_id())} - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not {c["Id"] for c in _containers(sweeper.run_id())} - before
+
+
+def _by_pid(pid: int) -> list[dict]:
+    return client().api.containers(all=True, filters={"label": f"openclaw.pid={pid}"})
+
+
+# Programs whose Docker pools are first opened in worker threads (the runner's), so the exit
+# cleanup's own signal handlers never get installed: SIGTERM must still stop them as Ctrl-C does.
+PROGRAMS = {
+    "run": ["experiments.run", "env=terminal", "sandbox=docker", "policy=random", "mode=eval", "n_envs=5",
+            "env.pool_size=5", "steps=1000", "tasks_per_step=5", "group_size=1", "wandb.mode=disabled",
+            "progress=false"],
+    "bench": ["experiments.bench", "terminal", "--counts", "5", "--episodes", "5000"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_sigterm_stops_a_program_as_ctrl_c_does(image, program, tmp_path):
+    args = PROGRAMS[program] + ([f"run_dir={tmp_path}"] if program == "run" else [])
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(_by_pid(proc.pid)) < 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(_by_pid(proc.pid)) >= 5, "the program never had its sandboxes up"
+        time.sleep(3)  # episodes under way
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("interrupted:"), err[-2000:]
+    assert took < 45, f"took {took:.1f} s to stop"
+    deadline = time.monotonic() + 5
+    while _by_pid(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _by_pid(proc.pid) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from envs.sandbox.protocol import ExecResult, Limits, Sandbox, SandboxError
+from envs.sandbox.protocol import ExecResult, Limits, Sandbox, SandboxError, SandboxLimitError
 
 BACKENDS: dict[str, str] = {"bwrap": "envs.sandbox.bwrap", "docker": "envs.sandbox.docker"}
 
@@ -21,4 +21,4 @@ def open_sandbox(backend: str, image: str | None = None, limits: Limits = Limits
     return module.open_sandbox(image, limits, **opts)
 
 
-__all__ = ["BACKENDS", "ExecResult", "Limits", "Sandbox", "SandboxError", "open_sandbox"]
+__all__ = ["BACKENDS", "ExecResult", "Limits", "Sandbox", "SandboxError", "SandboxLimitError", "open_sandbox"]

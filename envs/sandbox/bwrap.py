@@ -8,7 +8,8 @@ job. The shell enters those namespaces with `nsenter`, so a shell that dies is r
 losing the sandbox's files; only the holder's death ends the sandbox.
 
 Limits. The shell runs as a uid of its own (random, unused on the host) with every capability
-dropped and no-new-privs, under rlimits: address space (`memory_mb`), processes (`pids`:
+dropped, no-new-privs and a seccomp filter that refuses new user namespaces (nouserns.py; the
+verifier's root processes get it too), under rlimits: address space (`memory_mb`), processes (`pids`:
 RLIMIT_NPROC binds only a non-root uid, and a uid per sandbox makes the count per sandbox), file
 size (`disk_mb`), no core files. Where a cgroup hierarchy is writable (v1 or v2) the shell is
 also put in a cgroup with the memory, pids and CPU (`cpus`) limits; elsewhere CPU is not capped.
@@ -34,6 +35,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -41,7 +43,7 @@ import time
 import weakref
 from typing import Any, Callable, NamedTuple
 
-from envs.sandbox import cgroups, verifier
+from envs.sandbox import cgroups, nouserns, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import RawResult, ShellSession, bash_quote, exec_result
 
@@ -210,6 +212,7 @@ class BwrapSandbox:
         lim = self.limits
         rlimits = [f"--as={lim.memory_mb << 20}", f"--nproc={lim.pids}", f"--fsize={lim.disk_mb << 20}", "--core=0"]
         return [
+            sys.executable, nouserns.__file__,  # no user namespaces inside (a way around the dropped caps)
             "nsenter", "-t", str(self._holder_pid), "-m", "-p", "-i", "-u", "-C", "-r", "-w",
             *([] if lim.network else ["-n"]),
             "--", "prlimit", *rlimits, "--",
@@ -288,7 +291,11 @@ class BwrapSandbox:
             restarted, self._restarted = self._restarted, False
             assert self._session is not None
             self._cmd_ticks = _boot_ticks()
+            ooms = self._cgroup.oom_kills() if self._cgroup is not None else 0
             raw = self._session.run(command, timeout, max(max_output, 1), workdir, stdin_data)
+            if self._cgroup is not None and self._cgroup.oom_kills() > ooms:
+                raw.stderr += (f"\n[memory limit: the sandbox reached its {self.limits.memory_mb} MB; files in /tmp and "
+                               f"{self.workdir} count against it (tmpfs), so the kernel killed a process]").encode()
             if raw.shell_exited and self._shell is not None and raw.exit_code is None and not raw.timed_out:
                 try:  # the command ended the shell (`exit 3`): report the shell's status
                     raw.exit_code = self._shell.wait(timeout=1.0)

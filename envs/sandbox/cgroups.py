@@ -48,6 +48,20 @@ class Group:
             except OSError:
                 pass
 
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer has killed in this group so far (0 where unknown)."""
+        for d in self.dirs:
+            for fname in ("memory.events", "memory.oom_control"):  # v2, v1
+                try:
+                    with open(f"{d}/{fname}") as f:
+                        for line in f:
+                            key, _, value = line.partition(" ")
+                            if key == "oom_kill":
+                                return int(value)
+                except (OSError, ValueError):
+                    continue
+        return 0
+
     def remove(self) -> None:
         for d in self.dirs:
             for _ in range(50):  # rmdir fails while the killed processes are still exiting

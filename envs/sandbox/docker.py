@@ -13,13 +13,16 @@ If the shell itself does not answer then (a builtin loop, `exec >f`), it is kill
 on the next command, whose result says shell_restarted. If even the helper cannot run (a fork
 bomb holds every pid), the container is restarted: files stay.
 
-A container that stops, or a daemon error, raises SandboxError (the env reports infra_error).
+A container that stops, or a daemon error, raises SandboxError (the env reports infra_error);
+one the disk watchdog stopped raises SandboxLimitError (the agent's doing: env_error).
 A sandbox lives on one engine (engine.py: the local one, or a host that placement.py chose) and
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
 Containers run with no network, the image's non-root user `agent`, an init, every capability
-dropped, no-new-privileges, and the memory / pids / CPU limits of `Limits`; `disk_mb` binds only
-where the engine's storage can cap it (overlay2 on xfs with pquota), not on ext4.
+dropped (root's execs keep VERIFIER_CAPS where a verifier will run), no-new-privileges, and the
+memory / pids / CPU limits of `Limits`; `disk_mb` binds as
+a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as
+a per-file size limit plus diskwatch.py's watchdog, which stops a container past its cap.
 """
 from __future__ import annotations
 
@@ -37,16 +40,19 @@ from typing import Any, Callable
 import docker
 import requests
 
-from envs.sandbox import verifier
+from envs.sandbox import diskwatch, verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
-from envs.sandbox.protocol import ExecResult, Limits, SandboxError
+from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
 from envs.sandbox.shell import (
     _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
     exec_result, frame_command, kill_threshold,
 )
 
 DEFAULT_USER = "agent"
+# Root's capabilities in a container a verifier will run in (open_sandbox(verifier=True)): kill
+# the agent's processes, read what it made private. Other containers keep none.
+VERIFIER_CAPS = ("KILL", *verifier.CAPS)
 ENGINE_FILES = ("/usr/sbin/docker-init",)  # what the engine itself adds to a container (docker diff shows it)
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
@@ -102,7 +108,7 @@ def create_container(
     labels: dict[str, str],
     cap_drop: tuple[str, ...] = ("ALL",),
     url: str | None = None,
-    cap_add: tuple[str, ...] = ("KILL", *verifier.CAPS),
+    cap_add: tuple[str, ...] = (),
 ) -> str:
     """Create and start a container that idles under `init` (`sleep infinity`) on engine `url`
     (None: the primary); returns its id."""
@@ -127,6 +133,8 @@ def create_container(
             # user's processes run with no capabilities, and no-new-privileges keeps it so.
             cap_add=list(cap_add),
             security_opt=["no-new-privileges"],
+            # no quota: no file grows past the cap (the kernel's RLIMIT_FSIZE); the watchdog sums them
+            ulimits=None if quota else [docker.types.Ulimit(name="fsize", soft=limits.disk_mb << 20, hard=limits.disk_mb << 20)],
         )
         try:
             cid = api.create_container(
@@ -147,6 +155,9 @@ def create_container(
             raise SandboxError(f"docker create failed: {e}") from e
     try:
         api.start(cid)
+        if not quota:
+            upper = api.inspect_container(cid).get("GraphDriver", {}).get("Data", {}).get("UpperDir", "")
+            diskwatch.watch(cid, upper, limits.disk_mb, lambda: api.kill(cid))
     except API_ERRORS as e:
         remove_container(cid, url)
         raise SandboxError(f"docker start failed: {e}") from e
@@ -254,7 +265,8 @@ class DockerSandbox:
             return False
 
     def _infra_error(self, what: str) -> SandboxError:
-        """A SandboxError that says what became of the container."""
+        """A SandboxError that says what became of the container (SandboxLimitError where the
+        disk watchdog stopped it)."""
         try:
             st = self._api.inspect_container(self.id)["State"]
             if not st.get("Running"):
@@ -264,6 +276,8 @@ class DockerSandbox:
         except API_ERRORS as e:
             what += f" (daemon error: {e})"
         where = f" on {engine_name(self.engine)}" if self.engine else ""
+        if (why := diskwatch.reason(self.id)) is not None:
+            return SandboxLimitError(f"sandbox {self.id[:12]}{where}: {why}; {what}")
         return SandboxError(f"sandbox {self.id[:12]}{where}: {what}")
 
     def _container_running(self) -> bool:
@@ -601,7 +615,8 @@ def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: An
     image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
     the number of episodes run at once), user, workdir (where the shell starts and relative paths
     resolve; default the image's WORKDIR; created for the user if missing), deadline_s (how long a
-    container may live before any sweeper removes it), acquire_timeout (s)."""
+    container may live before any sweeper removes it), verifier (root gets VERIFIER_CAPS, which
+    `verify` needs; default False), acquire_timeout (s)."""
     from envs.sandbox import images, pool
 
     if image is None:

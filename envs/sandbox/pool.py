@@ -1,4 +1,4 @@
-"""Warm pools of ready Docker sandboxes, one per (image, limits, user).
+"""Warm pools of ready Docker sandboxes, one per (image, limits, user, workdir, verifier).
 
 A pool keeps `size` sandboxes ready (container started, shell open) plus one more for each
 caller waiting, filled by a few background threads. Creation is paced per engine by a
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envs.sandbox import engine, placement, sweeper
-from envs.sandbox.docker import API_ERRORS, DEFAULT_USER, DockerSandbox, create_container, remove_container
+from envs.sandbox.docker import API_ERRORS, DEFAULT_USER, VERIFIER_CAPS, DockerSandbox, create_container, remove_container
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import Limits, SandboxError
 
@@ -81,8 +81,9 @@ _swept_for_pid = 0
 class WarmPool:
     def __init__(self, image: str, limits: Limits, size: int = 4, user: str = DEFAULT_USER,
                  deadline_s: float = sweeper.DEFAULT_DEADLINE_S, fillers: int = FILLERS_PER_POOL,
-                 workdir: str | None = None):
+                 workdir: str | None = None, verifier: bool = False):
         self.image, self.limits, self.size, self.user = image, limits, max(0, size), user
+        self.caps = VERIFIER_CAPS if verifier else ()
         self.deadline_s = deadline_s
         live = engine.live_hosts()
         if not live:
@@ -152,7 +153,7 @@ class WarmPool:
             with _limiter(url):
                 if self._closed:
                     raise SandboxError("pool closed")
-                cid = create_container(self.image, self.limits, sweeper.labels(self.deadline_s), url=url)
+                cid = create_container(self.image, self.limits, sweeper.labels(self.deadline_s), url=url, cap_add=self.caps)
         except BaseException:
             placement.release(url)
             raise
@@ -250,11 +251,12 @@ def _quiet_remove(cid: str, url: str) -> None:
 
 
 def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT_USER,
-             deadline_s: float = sweeper.DEFAULT_DEADLINE_S, workdir: str | None = None) -> WarmPool:
-    """The process's pool for (image, limits, user, workdir), created (and the host swept) on
-    first use; a larger `pool_size` than the pool has grows it."""
+             deadline_s: float = sweeper.DEFAULT_DEADLINE_S, workdir: str | None = None,
+             verifier: bool = False) -> WarmPool:
+    """The process's pool for (image, limits, user, workdir, verifier), created (and the host
+    swept) on first use; a larger `pool_size` than the pool has grows it."""
     global _swept_for_pid
-    key = (image, limits, user, workdir)
+    key = (image, limits, user, workdir, verifier)
     with _pools_lock:
         if _swept_for_pid != os.getpid():
             _pools.clear()  # a forked child does not own its parent's pools
@@ -267,7 +269,7 @@ def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT
         sweeper.install_exit_cleanup()  # again from the main thread if first called elsewhere
         pool = _pools.get(key)
         if pool is None or pool._closed:
-            pool = _pools[key] = WarmPool(image, limits, pool_size, user, deadline_s, workdir=workdir)
+            pool = _pools[key] = WarmPool(image, limits, pool_size, user, deadline_s, workdir=workdir, verifier=verifier)
         elif pool_size > pool.size:
             pool.resize(pool_size)
         return pool

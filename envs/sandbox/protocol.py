@@ -4,7 +4,9 @@ Terminal, SWE and tool-call envs use only this protocol, so a backend is a confi
 Exec runs in one long-lived shell per sandbox: `cd` and `export` persist between calls.
 A failure of the sandbox itself (it died, the daemon answered an error) raises
 `SandboxError`; the env turns it into status infra_error. A command that is slow or loud is
-not an error: its `ExecResult` says which limit fired.
+not an error: its `ExecResult` says which limit fired. A sandbox stopped because the agent's
+commands drove it past its disk cap raises `SandboxLimitError`: the env ends the episode as the
+agent's failure (env_error, the fail outcome).
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ if TYPE_CHECKING:
 
 class SandboxError(RuntimeError):
     """The sandbox or its backend failed (not the command): an infrastructure error."""
+
+
+class SandboxLimitError(SandboxError):
+    """The sandbox was stopped for what the agent's commands did (wrote past its disk cap)."""
 
 
 @dataclasses.dataclass

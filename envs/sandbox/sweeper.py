@@ -5,7 +5,9 @@ start time (so a reused pid is not mistaken for the owner), the host, and a dead
 (run once when a process first opens a pool) removes containers whose owner on this host is
 gone, or whose deadline passed on any host, on every engine that answers. `install_exit_cleanup()`
 makes normal exit, SIGINT and SIGTERM remove every container this process made on every engine
-it was given, then chains to the previous handlers.
+it was given, then chains to the previous handlers. `sigterm_as_sigint()`, called first by the
+programs (experiments.run, experiments.bench), makes SIGTERM stop them exactly as Ctrl-C does,
+whichever thread opens the first pool later.
 
 CLI: `python -m envs.sandbox.sweeper [--all] [--host URL ...]` (--all: every openclaw container,
 owner alive or not; --host: the engines to sweep, default the local one).
@@ -154,6 +156,23 @@ def on_shutdown(hook: Callable[[], None]) -> None:
     _shutdown_hooks.append(hook)
 
 
+def _sigterm_as_sigint(num: int, frame: Any) -> None:
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # asyncio.run's (cancels the main task), the exit cleanup's, Python's
+    else:  # SIGINT ignored (nohup) or reset: a stop request all the same
+        raise KeyboardInterrupt
+
+
+def sigterm_as_sigint() -> None:
+    """For a program's entry point, from the main thread, before it starts anything: SIGTERM then
+    does whatever Ctrl-C does when it arrives, so `finally` blocks, the program's "stopped" line
+    and the exit cleanup run. SIGTERM's default is a silent death that skips atexit, and the exit
+    cleanup's own handlers exist only where the first pool was opened on the main thread."""
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, _sigterm_as_sigint)
+
+
 def install_exit_cleanup() -> None:
     """atexit + SIGINT/SIGTERM handlers that remove this run's containers, once per process.
     Signal handlers can only be set from the main thread: a call from another thread sets the
@@ -171,6 +190,8 @@ def install_exit_cleanup() -> None:
         previous = signal.getsignal(signum)
         if previous == signal.SIG_IGN:
             continue  # started ignoring it (nohup, a background job): the run goes on, so must its sandboxes
+        if previous is _sigterm_as_sigint:
+            continue  # SIGTERM goes through SIGINT's handler, which cleans up
 
         def handler(num: int, frame: Any, previous: Any = previous) -> None:
             if os.getpid() == owner:

@@ -8,7 +8,8 @@ The next state is the command's output (kind "shell", role "tool"; data: exit_co
 truncated, tests). At submit the patch is graded in a fresh sandbox from the same image
 (grading.py: swebench's report on FAIL_TO_PASS / PASS_TO_PASS, after the test files and test
 infrastructure the patch touched are put back to base_commit; data["reverted"] lists them):
-outcome +1 resolved, -1 not; the next state is then kind "tests".
+outcome +1 resolved, -1 not; the next state is then kind "tests". A command that writes past
+the sandbox's disk cap stops it: status env_error, outcome -1.
 
 Rules verdict (next_state.data["verdict"], read by the rules judge):
   -1  the action failed because of the agent: malformed call, unknown tool, an edit error, a
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
-from envs.sandbox import ExecResult, Limits, SandboxError, open_sandbox
+from envs.sandbox import ExecResult, Limits, SandboxError, SandboxLimitError, open_sandbox
 from envs.swe import bundled, grading
 from envs.swe.edit import EditError, oracle_edits, run_edit
 from envs.swe.instances import InstanceError, load_instances, resolve_image, sandbox_user
@@ -169,6 +170,8 @@ class SWEEnv(AgentEnv):
                 return self._edit(call.arguments)
             if call.name == "submit":
                 return self._submit()
+        except SandboxLimitError as e:  # the episode ends; _finish closes the sandbox
+            return self._stopped(str(e), "shell")
         except SandboxError as e:
             content = f"Error: the sandbox failed ({e}). This is not your fault."
             return StepResult(NextState("tool", content, "shell", {"error": f"sandbox: {e}"}), Status.INFRA_ERROR)

@@ -17,7 +17,8 @@ The agent acts with one tool call per turn:
                            writable areas; a change under a system path (/usr, /etc, ...) is
                            data.tampered: the outcome is then -1 whatever the tests said.
 At the turn limit (default 10) the last action (whatever its status) is followed by the tests
-too, so every episode not cut by infrastructure or the deadline gets the verifier's outcome.
+too, so every episode not cut by infrastructure or the deadline, or ended by the disk cap,
+gets the verifier's outcome.
 
 Statuses:
   invalid_action  no tool call, a malformed one, an unknown tool, wrong or missing arguments, an
@@ -25,7 +26,9 @@ Statuses:
   env_error       the command ran but the tool's own limit stopped it: killed at its timeout
                   (data.timed_out) or its output flood killed (data.truncated, exit_code None).
                   The command's own doing, so it stays in training, but it did not finish.
-                  (Output merely cut to head+tail with the command finished is "ok".)
+                  (Output merely cut to head+tail with the command finished is "ok".) A command
+                  that wrote past the sandbox's disk cap stopped the sandbox (Docker): env_error,
+                  the episode ends with outcome -1 and no tests.
   infra_error     the sandbox failed (container died, daemon error, setup or image build
                   failed): not the agent's fault; the episode ends without an outcome.
   timeout         the episode deadline (`episode_timeout_s`) passed before this action.
@@ -51,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
-from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
+from envs.sandbox import Limits, Sandbox, SandboxError, SandboxLimitError, open_sandbox
 from envs.sandbox.verifier import Verification
 from envs.terminal.tasks import BUNDLED, load_suite
 from envs.tool_calls import ParsedAction, ToolCall, function_schema, parse_action, render_tool_call
@@ -163,7 +166,7 @@ class TerminalEnv(AgentEnv):
         if key not in self._images:  # looked up (or built) once per env, not per episode
             self._images[key] = (images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}")
                                  if key else images.ensure_image("sandbox"))
-        return open_sandbox("docker", self._images[key], self.limits, pool_size=self.pool_size)
+        return open_sandbox("docker", self._images[key], self.limits, pool_size=self.pool_size, verifier=True)
 
     def _setup(self, task: Task) -> None:
         assert self._sb is not None
@@ -231,6 +234,8 @@ class TerminalEnv(AgentEnv):
         try:
             r = self._exec(command, timeout)
             p = self._exec("builtin pwd", 10.0)  # restarts the shell if the command killed it
+        except SandboxLimitError as e:  # the episode ends; _finish closes the sandbox
+            return self._stopped(str(e), "shell")
         except SandboxError as e:
             return self._infra(f"the sandbox failed: {e}")
         cwd = p.stdout.strip()

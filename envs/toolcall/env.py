@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
-from envs.sandbox import Limits, SandboxError
+from envs.sandbox import Limits, SandboxError, SandboxLimitError
 from envs.tool_calls import function_schema, parse_action, render_tool_call
 from envs.toolcall import problems
 from envs.toolcall.answers import extract_boxed, is_equivalent
@@ -123,6 +123,8 @@ class ToolCallEnv(AgentEnv):
         try:
             for call in calls:
                 runs.append(self.tool.run(call.arguments["code"]))
+        except SandboxLimitError as e:  # the code wrote past the tool sandbox's disk cap
+            return self._stopped(str(e), "tool_result")
         except SandboxError as e:
             content = f"Error: the python tool is unavailable (sandbox failure: {e}). This is not your fault."
             return StepResult(NextState("tool", content, "tool_result", {"error": f"sandbox: {e}"}), Status.INFRA_ERROR)

@@ -2,7 +2,8 @@
 
 Each benchmark is a module experiments/bench/NAME.py with `main(argv: list[str]) -> dict`;
 the figures are ratios measured side by side in the same run (never absolute timings alone).
-`all` runs every benchmark and writes one JSON per benchmark plus a summary table.
+`all` runs every benchmark and writes one JSON per benchmark plus a summary table. SIGTERM stops
+a benchmark as Ctrl-C does: one line, and every sandbox it started removed.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import pkgutil
 import sys
 from pathlib import Path
+
+from envs.sandbox.sweeper import sigterm_as_sigint
 
 
 def names() -> list[str]:
@@ -48,4 +51,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sigterm_as_sigint()
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        sys.exit("interrupted: the benchmark was stopped, and every sandbox it started removed")

@@ -24,7 +24,7 @@ from envs.terminal.env import TerminalEnv
 
 def _fill(env: TerminalEnv, n: int, timeout_s: float = 600.0) -> None:
     """Grow the pool of the default image to n ready sandboxes and wait for them."""
-    p = pools.get_pool(images.ensure_image("sandbox"), env.limits, pool_size=n)
+    p = pools.get_pool(images.ensure_image("sandbox"), env.limits, pool_size=n, verifier=True)
     end = time.monotonic() + timeout_s
     while p.stats()["ready"] < n and time.monotonic() < end:
         time.sleep(0.2)

@@ -1,0 +1,89 @@
+"""Disk caps for Docker sandboxes where the engine's storage cannot enforce them (overlay2 on ext4).
+
+`Limits.disk_mb` binds through `storage_opt` only on xfs with project quotas. Elsewhere two
+things hold it: the kernel's RLIMIT_FSIZE (docker.py sets it to the cap) refuses to grow any one
+file past the cap at once, and this watchdog sums the disk blocks of each local container's
+writable layer every POLL_S and kills a container past its cap, recording why (`reason`), so the
+sandbox's next error says "wrote past its disk cap" instead of a bare stop. Overshoot is bounded
+by what a sandbox writes in POLL_S across several files, each under the cap.
+
+Why a watchdog: an xfs data root would mean moving and restarting a shared Docker engine;
+tmpfs writable dirs would charge files to RAM and hide what the image put there; a loop-mounted
+image per sandbox needs the same copy-up. Only the local engine's layers are readable here: a
+remote engine's containers get the per-file cap alone.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+POLL_S = 0.25
+
+_lock = threading.Lock()
+_watched: dict[str, tuple[str, int, Callable[[], None]]] = {}  # container id -> (upper dir, cap bytes, kill)
+_reasons: dict[str, str] = {}  # container id -> why the watchdog stopped it
+_thread: threading.Thread | None = None
+
+
+def usage(path: str) -> int:
+    """Bytes of disk the files under `path` hold (allocated blocks: a sparse file counts what it uses)."""
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue  # removed meanwhile
+    return total
+
+
+def watch(cid: str, upper_dir: str, cap_mb: int, kill: Callable[[], None]) -> bool:
+    """Watch container `cid`'s writable layer; False where it is not on this host's disk."""
+    global _thread
+    if not os.path.isdir(upper_dir):
+        return False
+    with _lock:
+        _watched[cid] = (upper_dir, cap_mb << 20, kill)
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_loop, name="sandbox-diskwatch", daemon=True)
+            _thread.start()
+    return True
+
+
+def reason(cid: str) -> str | None:
+    """Why the watchdog stopped container `cid`, if it did."""
+    with _lock:
+        return _reasons.get(cid)
+
+
+def _loop() -> None:
+    stop = threading.Event()
+    while not stop.wait(POLL_S):
+        with _lock:
+            items = list(_watched.items())
+        for cid, (upper, cap, kill) in items:
+            if not os.path.isdir(upper):  # container removed
+                with _lock:
+                    _watched.pop(cid, None)
+                    _reasons.pop(cid, None)
+                continue
+            used = usage(upper)
+            if used <= cap:
+                continue
+            with _lock:
+                _watched.pop(cid, None)
+                _reasons[cid] = (f"the sandbox wrote past its disk cap ({used >> 20} MB of {cap >> 20} MB) "
+                                 "and was stopped")
+            try:
+                kill()
+            except Exception:
+                pass  # it is gone already, or the engine failed: the exit cleanup removes it
