@@ -43,23 +43,22 @@ _ENV_RESERVED = ("name", "id", "entry_point", "user_llm", "via_proxy")
 _ENV_OPTION_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 
-def count(cfg: DictConfig, key: str, least: int = 1) -> int:
-    """The whole number >= `least` at top-level `key` (steps, n_envs, ...), or a ConfigError."""
+def count(cfg: DictConfig, key: str) -> int:
+    """The whole number >= 1 at top-level `key` (steps, n_envs, ...), or a ConfigError."""
     value = cfg.get(key)
     try:
         n = int(str(value))
     except ValueError:
         raise ConfigError(f"{key}={value!r} is not a whole number; give e.g. {key}=4") from None
-    if n < least:
-        raise ConfigError(f"{key}={n}: must be at least {least}")
+    if n < 1:
+        raise ConfigError(f"{key}={n}: must be at least 1")
     return n
 
 
 def loop_config(cfg: DictConfig) -> LoopConfig:
-    """The loop's counts, checked (n_envs too: the runner's) before the run writes anything;
-    steps=0 is a run that only writes its split (and evaluates nothing)."""
+    """The loop's counts, checked (n_envs too: the runner's) before the run writes anything."""
     count(cfg, "n_envs")
-    return LoopConfig(steps=count(cfg, "steps", least=0), tasks_per_step=count(cfg, "tasks_per_step"),
+    return LoopConfig(steps=count(cfg, "steps"), tasks_per_step=count(cfg, "tasks_per_step"),
                       group_size=count(cfg, "group_size"), seed=int(cfg.seed))
 
 

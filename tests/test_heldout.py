@@ -147,7 +147,7 @@ def test_rollouts_draw_only_training_tasks(tmp_path):
 def test_same_eval_seed_holds_out_the_same_tasks_for_every_run_seed(tmp_path):
     def split(seed: int, eval_seed: int) -> dict:
         run_dir = tmp_path / f"s{seed}-e{eval_seed}"
-        run_in_process(run_dir, "env=toolcall", "sandbox=bwrap", "steps=0", f"seed={seed}", f"eval.seed={eval_seed}",
+        run_in_process(run_dir, "env=toolcall", "sandbox=bwrap", "steps=1", "tasks_per_step=1", f"seed={seed}", f"eval.seed={eval_seed}",
                        "eval.n_tasks=8")
         return json.loads((run_dir / "tasks.json").read_text())
 

@@ -37,7 +37,7 @@ BAD_INPUT = {  # case -> (overrides, what the one line names)
     "instances missing": (["env=swe", "env.instances={t}/nope.jsonl"], "nope.jsonl"),
     "instances malformed": (["env=swe", "env.instances={t}/bad.jsonl"], "bad.jsonl"),
     "steps not a number": (["env=toolcall", "steps=abc"], "steps='abc'"),
-    "steps negative": (["env=toolcall", "steps=-1"], "steps=-1: must be at least 0"),
+    "steps zero": (["env=toolcall", "steps=0"], "steps=0: must be at least 1"),
     "n_envs zero": (["env=toolcall", "n_envs=0"], "n_envs=0"),
     "tasks_per_step negative": (["env=toolcall", "tasks_per_step=-1"], "tasks_per_step=-1"),
     "group_size zero": (["env=toolcall", "group_size=0"], "group_size=0"),
