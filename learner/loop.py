@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 
 import numpy as np
 
+from agent import host_memory
 from agent.rollout import Episode, EpisodeJob, Runner
 from agent.turn import Turn
 from learner import diagnostics
@@ -109,6 +110,8 @@ def step_summary(row: dict[str, Any]) -> str:
     t = row.get("timings", {})
     parts.append(f"{row.get('episodes', 0)} episodes, {t.get('step_s', 0.0):.1f}s (rollouts {t.get('rollout_s', 0.0):.1f}s, "
                  f"train {t.get('train_s', 0.0):.1f}s)")
+    if "memory" in row:
+        parts.append(f"rss {row['memory']['rss_gb']:.1f} GB")
     return " ".join(parts)
 
 
@@ -167,6 +170,7 @@ async def run_loop(
                 held_out = await evaluator()
             t_eval = time.monotonic() - t2
             row["policy_version"] = policy_version
+            row["memory"] = host_memory.usage_gb()
             now = time.monotonic()
             row["timings"] = {"rollout_s": t_roll, "score_wait_s": t_score_wait, "train_s": t_train,
                              "eval_s": t_eval, "step_s": now - t_last}

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from agent import host_memory
 from agent.policy.base import PolicyClient
 from agent.rollout import Runner
 from agent.turn import Turn
@@ -91,6 +92,7 @@ class Training:
             return StepOutput(metrics, self.version)
         metrics["train"] = await asyncio.to_thread(self.learner.train_step, samples)
         await self._push_weights(self.version + 1)
+        host_memory.trim()  # the step's freed activations and weight copies (agent/host_memory.py)
         return StepOutput(metrics, self.version)
 
     def _reward_mean(self, turns: list[Turn], stats: dict[str, Any]) -> float | None:

@@ -183,6 +183,8 @@ def test_training_never_draws_a_held_out_task_and_evaluates_on_schedule(trained_
         if "heldout/pass@1" in r:
             assert set(r["heldout/outcomes"]) == set(split["held_out"])
             assert r["heldout/pass@1_lo"] <= r["heldout/pass@1"] <= r["heldout/pass@1_hi"]
+    trained = [r for r in rows if not r.get("eval_only")]
+    assert all(0.05 < r["memory"]["rss_gb"] <= r["memory"]["peak_rss_gb"] for r in trained)  # host memory per step
     printed = (trained_run / "stdout.txt").read_text()  # the run ends with its held-out curve
     assert "held-out pass@1 (95% CI) after N updates:" in printed and "start (after 0)" in printed
     assert all(f"  {k:>4}: " in printed for k in (0, 2, 4, 5))
