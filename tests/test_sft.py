@@ -212,3 +212,18 @@ def test_warm_start_runs_sft_first_and_rl_trains_on_from_its_checkpoint(tmp_path
     p = run_cli(*TOY, "mode=sft", "model=tiny", "warm_start=sft", f"run_dir={tmp_path}/bad")
     assert p.returncode != 0 and p.stderr.strip().splitlines()[-1] == (
         "error: warm_start=sft goes with an RL mode; mode=sft is the warm start on its own")
+
+
+@pytest.mark.slow
+def test_the_quickstart_job_composes_and_ends_with_its_held_out_curve(tmp_path):
+    # README command 1 with the tiny model and one update: its parts as they are (reasoning-gym,
+    # the warm start, the outcome update, the held-out curve); the real job's figures are in docs/results.md
+    p = run_cli("+experiment=quickstart", "model=tiny", "steps=1", "warm_start.n_demos=8", "warm_start.epochs=1",
+                "eval.n_tasks=8", f"run_dir={tmp_path}/q", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout + p.stderr
+    assert "held-out pass@1 (95% CI) after N updates:" in out and "  before warm start: " in out
+    assert "start (before warm start) " in out
+    cfg = (tmp_path / "q" / "config.yaml").read_text()
+    assert "name: reasoning" in cfg and "name: outcome" in cfg
+    assert (tmp_path / "q" / "checkpoints" / "latest" / "model" / "model.safetensors").is_file()  # the final weights
