@@ -20,9 +20,10 @@ QUESTION_KEYS = ("question", "problem", "prompt", "query")
 ANSWER_KEYS = ("answer", "ground_truth", "reward_model", "final_answer", "target", "solution")
 
 
-def _rows(path: str) -> list[dict[str, Any]]:
+def read_rows(path: str) -> list[dict[str, Any]]:
+    """The rows of a JSONL (one object per line) or parquet file; a bad file gets one clear line."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"toolcall data file not found: {path}")
+        raise FileNotFoundError(f"data file not found: {path}")
     if path.endswith((".jsonl", ".json")):
         rows = []
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -80,7 +81,7 @@ def _answer(row: dict[str, Any]) -> str | None:
 
 def load_tasks(path: str, limit: int | None = None) -> list[Task]:
     """Tasks "data-00000", ... from a JSONL or parquet file (the first `limit` rows if given)."""
-    rows = _rows(path)
+    rows = read_rows(path)
     if limit is not None:
         rows = rows[:limit]
     tasks = []
