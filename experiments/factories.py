@@ -73,7 +73,8 @@ def load_entry_point(entry_point: str) -> Any:
         raise ConfigError(f"cannot load {entry_point!r}: {e}") from e
 
 
-def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
+def env_class(env_cfg: DictConfig) -> type:
+    """The class `env.entry_point` (or `env.id`) names, checked to be an env this harness can run."""
     if env_cfg.get("entry_point"):
         cls = load_entry_point(str(env_cfg.entry_point))
     elif env_cfg.get("id"):
@@ -83,9 +84,31 @@ def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
             raise ConfigError(f"env id {env_cfg.id!r} is not registered ({e}); known envs: {', '.join(ENVS)}") from e
     else:
         raise ConfigError(f"env {env_cfg.get('name')!r} names neither an id nor an entry_point; known envs: {', '.join(ENVS)}, custom")
-    if not (isinstance(cls, type) and issubclass(cls, AgentEnv)):
-        raise ConfigError(f"{cls!r} is not a subclass of envs.base.AgentEnv")
+    if not (isinstance(cls, type) and issubclass(cls, gymnasium.Env)):
+        raise ConfigError(f"{cls!r} is not a subclass of gymnasium.Env (envs.base.AgentEnv or any Gymnasium env with text actions)")
+    if needs_adapter(cls):
+        if cls.step is gymnasium.Env.step:
+            raise ConfigError(f"{cls.__name__} does not implement step(action): a Gymnasium env needs reset and step")
+        return cls
+    missing = [h for h in _HOOKS if getattr(cls, h) is getattr(AgentEnv, h)]
+    if missing:
+        raise ConfigError(f"{cls.__name__} lacks the AgentEnv hooks {', '.join(missing)} and does not override both "
+                          "reset and step: implement the hooks (docs/new_env.md) or reset/step the Gymnasium way")
     return cls
+
+
+# What an AgentEnv subclass implements to run on the base class's reset/step.
+_HOOKS = ("task_ids", "load_task", "_act")
+
+
+def needs_adapter(cls: type) -> bool:
+    """Whether `cls` runs through envs.gym_adapter: a Gymnasium env with its own reset and step
+    that does not rely on the AgentEnv hooks (a plain gymnasium.Env, or an AgentEnv subclass
+    that overrides reset and step instead of implementing the hooks)."""
+    if issubclass(cls, AgentEnv):
+        own_io = cls.reset is not AgentEnv.reset and cls.step is not AgentEnv.step
+        return own_io and any(getattr(cls, h) is getattr(AgentEnv, h) for h in _HOOKS)
+    return True
 
 
 def _require_docker() -> None:
@@ -115,6 +138,7 @@ class EnvMaker:
     cls: type[AgentEnv]
     opts: dict[str, Any]
     docker: dict[str, Any] | None = None  # use_docker_hosts' arguments when the env uses Docker
+    name: str = ""  # the user's class, when `cls` wraps it (the Gymnasium adapter)
 
     def __call__(self) -> AgentEnv:
         if self.docker is not None:
@@ -122,7 +146,7 @@ class EnvMaker:
         try:
             return self.cls(**self.opts)
         except _ENV_OPTION_ERRORS as e:  # an option's value the env refuses: its own one-line message
-            raise ConfigError(f"env={self.cls.__name__}: {e}") from None
+            raise ConfigError(f"env={self.name or self.cls.__name__}: {e}") from None
 
 
 def sandbox_backend(name: str) -> str:
@@ -149,12 +173,26 @@ def build_env(cfg: DictConfig, closers: list) -> Callable[[], AgentEnv]:
 
 
 def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: list | None = None) -> Callable[[], AgentEnv]:
-    """A zero-argument constructor of the configured env. Options under `env.` are passed to
-    the constructor (null means "the env's default"); `sandbox` is passed where accepted. With
-    `cluster=ray` each env lives in a Ray actor (what stops Ray is appended to `closers`)."""
-    cls = env_class(cfg.env)
-    opts = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items()
+    """A zero-argument constructor of the configured env (`env_maker`). With `cluster=ray` each
+    env lives in a Ray actor (what stops Ray is appended to `closers`)."""
+    return on_cluster(cfg, env_maker(cfg, cfg.env, extra), closers)
+
+
+def env_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None = None) -> EnvMaker:
+    """The maker of the env `env_cfg` describes.
+    Options under it are passed to the constructor (null means "the env's default"); `sandbox`
+    is passed where accepted. A Gymnasium env without the AgentEnv hooks is wrapped in
+    envs.gym_adapter.GymAdapter, whose own options (role, kind, outcome, ...) it takes first."""
+    cls = env_class(env_cfg)
+    opts = {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items()
             if k not in _ENV_RESERVED and v is not None}
+    adapter: dict[str, Any] | None = None  # the adapter's own options, when the class runs through it
+    own: list[str] = []
+    if needs_adapter(cls):
+        from envs.gym_adapter import GymAdapter
+
+        own = [p for p in inspect.signature(GymAdapter.__init__).parameters if p not in ("self", "env_class", "env_options")]
+        adapter = {k: opts[k] for k in own if k in opts}
     params = inspect.signature(cls.__init__).parameters
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     docker = None
@@ -170,11 +208,15 @@ def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: l
     for k, v in (extra or {}).items():
         if k in params or accepts_any:
             opts.setdefault(k, v)
+    if adapter is not None:  # an option both take (max_turns) goes to both
+        opts = {k: v for k, v in opts.items() if k not in adapter or k in params}
     unknown = [k for k in opts if k not in params and not accepts_any]
     if unknown:
-        known = [p for p in params if p != "self"]
+        known = [p for p in params if p != "self"] + own
         raise ConfigError(f"{cls.__name__} has no option {', '.join(unknown)}; it takes: {', '.join(known) or 'nothing'}")
-    return on_cluster(cfg, EnvMaker(cls, opts, docker), closers)
+    if adapter is not None:
+        return EnvMaker(GymAdapter, {"env_class": cls, "env_options": opts, **adapter}, docker, name=cls.__name__)
+    return EnvMaker(cls, opts, docker)
 
 
 def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv], closers: list | None = None) -> Callable[[], AgentEnv]:
