@@ -60,7 +60,7 @@ def loop_config(cfg: DictConfig) -> LoopConfig:
     steps=0 is a run that only writes its split (and evaluates nothing)."""
     count(cfg, "n_envs")
     return LoopConfig(steps=count(cfg, "steps", least=0), tasks_per_step=count(cfg, "tasks_per_step"),
-                      group_size=count(cfg, "group_size"), seed=int(cfg.seed))
+                      group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env))
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -179,10 +179,12 @@ def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: l
 
 
 def env_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None = None) -> EnvMaker:
-    """The maker of the env `env_cfg` describes.
+    """The maker of the env `env_cfg` describes (the run's `env`, or one member of env=mix).
     Options under it are passed to the constructor (null means "the env's default"); `sandbox`
     is passed where accepted. A Gymnasium env without the AgentEnv hooks is wrapped in
     envs.gym_adapter.GymAdapter, whose own options (role, kind, outcome, ...) it takes first."""
+    if env_cfg.get("members") is not None:
+        return mix_maker(cfg, env_cfg, extra)
     cls = env_class(env_cfg)
     opts = {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items()
             if k not in _ENV_RESERVED and v is not None}
@@ -217,6 +219,63 @@ def env_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None
     if adapter is not None:
         return EnvMaker(GymAdapter, {"env_class": cls, "env_options": opts, **adapter}, docker, name=cls.__name__)
     return EnvMaker(cls, opts, docker)
+
+
+CONF_ENVS = Path(__file__).parent / "conf" / "env"
+
+
+def mix_weights(env_cfg: DictConfig) -> dict[str, float]:
+    """env=mix: each member's sampling weight (`weight`, default 1); {} for any other env."""
+    members = env_cfg.get("members")
+    if members is None:
+        return {}
+    if not members:
+        raise ConfigError("env=mix needs members: env.members.NAME.env=WORD (or env.members.NAME.entry_point=module:Class), "
+                          "optionally env.members.NAME.weight=W and the member's own options")
+    weights = {}
+    for name, m in members.items():
+        try:
+            weights[str(name)] = float(m.get("weight", 1.0))
+        except (TypeError, ValueError, AttributeError):
+            raise ConfigError(f"env.members.{name}: give the member's options, with weight a number (got {m!r})") from None
+        if not weights[str(name)] > 0:
+            raise ConfigError(f"env.members.{name}.weight={weights[str(name)]}: must be above 0")
+    return weights
+
+
+def member_env(cfg: DictConfig, name: str, member: DictConfig) -> DictConfig:
+    """One member's env config: its env word's yaml (or `custom` for an entry point) with the
+    member's own options over it, placed in a copy of the run's config (so `${model.path}`
+    and the like resolve as they do for a single env)."""
+    opts = {k: v for k, v in OmegaConf.to_container(member, resolve=True).items() if k != "weight"}
+    word = str(opts.pop("env", "custom"))
+    if word == "mix" or not (CONF_ENVS / f"{word}.yaml").is_file():
+        known = sorted(f.stem for f in CONF_ENVS.glob("*.yaml") if f.stem != "mix")
+        raise ConfigError(f"env.members.{name}.env={word!r}: choose one of {', '.join(known)}")
+    base = OmegaConf.load(CONF_ENVS / f"{word}.yaml")
+    if word == "custom" and not opts.get("entry_point"):
+        raise ConfigError(f"env.members.{name}: give env.members.{name}.env=WORD or env.members.{name}.entry_point=module:Class")
+    env = OmegaConf.merge(base, opts)
+    if env.get("user") == "llm" or env.get("via_proxy"):
+        raise ConfigError(f"env.members.{name}: a mixture's members cannot use env.user=llm or env.via_proxy "
+                          "(they belong to the run's single env); run that env alone")
+    root = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    root.env = env
+    return root.env
+
+
+def mix_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None = None) -> EnvMaker:
+    """env=mix: one maker per member, each with its own options (its own sandbox and limits)."""
+    from envs.mix import MixEnv
+
+    makers = {}
+    for name in mix_weights(env_cfg):
+        member = member_env(cfg, name, env_cfg.members[name])
+        try:
+            makers[name] = env_maker(cfg, member, extra)
+        except ConfigError as e:
+            raise ConfigError(f"env.members.{name}: {e}") from None
+    return EnvMaker(MixEnv, {"members": makers})
 
 
 def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv], closers: list | None = None) -> Callable[[], AgentEnv]:
@@ -416,7 +475,8 @@ def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], Agen
         return None
     evaluators: list[Evaluator] = []
     if held_out:
-        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, closers), held_out, s.k, s.seed))
+        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, closers), held_out, s.k, s.seed,
+                                           members=list(mix_weights(cfg.env))))
     else:
         log.warning("env %s has too few tasks to hold any out: no held-out episodes", cfg.env.name)
     personalization = build_personalization(cfg, policy, make_env, closers)
