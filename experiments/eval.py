@@ -25,9 +25,9 @@ from omegaconf.errors import MissingMandatoryValue
 
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
-from experiments.factories import (ConfigError, build_env, build_eval_runner, build_personalization,
+from experiments.factories import (ConfigError, build_env, build_eval_runner, build_personalization, mix_weights,
                                    build_policy, close_all, eval_settings)
-from experiments.run import setup_logging, unknown_env
+from experiments.run import env_options_added, setup_logging, unknown_env
 from learner.evaluation import EpisodeEvaluator, HeldOutResult
 
 log = logging.getLogger("experiments.eval")
@@ -69,6 +69,8 @@ async def evaluate(cfg: DictConfig) -> tuple[dict[str, Any], HeldOutResult]:
               "model": str(cfg.model.path) if policy.sampled is not None else None, "eval": dataclasses.asdict(s),
               "split": split.to_dict(), "outcomes": result.outcomes, "excluded": result.excluded,
               "estimates": {name: e.to_dict() for name, e in result.estimates().items()}, **extra,
+              "members": {m: {name: e.to_dict() for name, e in result.member(m).estimates().items()}
+                          for m in mix_weights(cfg.env)},  # env=mix: each member's own figures
               "config": OmegaConf.to_container(cfg, resolve=True)}
     return report, result
 
@@ -79,6 +81,8 @@ def report_md(report: dict[str, Any], result: HeldOutResult) -> str:
     lines = ["# Held-out evaluation", "",
              f"env {report['env']}, {who}: {len(result.outcomes)} held-out tasks (eval.seed={s['seed']}), "
              f"{s['k']} episode(s) each at temperature {s['temperature']}.", "", result.table()]
+    for m in report["members"]:
+        lines += ["", f"member {m}:", "", result.member(m).table()]
     if report.get("personalization") is not None:
         lines += ["", f"personalization (first responses): {report['personalization']:.3f} "
                       f"[{report['personalization_lo']:.3f}, {report['personalization_hi']:.3f}] (bootstrap 95% CI) "
@@ -109,5 +113,5 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if (problem := unknown_env(sys.argv[1:])) is not None:
         sys.exit(problem)
-    sys.argv[1:] = expand(sys.argv[1:])
+    sys.argv[1:] = env_options_added(expand(sys.argv[1:]))  # env.KEY=VALUE adds a key, as in experiments.run
     main()

@@ -59,7 +59,7 @@ def loop_config(cfg: DictConfig) -> LoopConfig:
     """The loop's counts, checked (n_envs too: the runner's) before the run writes anything."""
     count(cfg, "n_envs")
     return LoopConfig(steps=count(cfg, "steps"), tasks_per_step=count(cfg, "tasks_per_step"),
-                      group_size=count(cfg, "group_size"), seed=int(cfg.seed))
+                      group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env))
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -72,7 +72,8 @@ def load_entry_point(entry_point: str) -> Any:
         raise ConfigError(f"cannot load {entry_point!r}: {e}") from e
 
 
-def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
+def env_class(env_cfg: DictConfig) -> type:
+    """The class `env.entry_point` (or `env.id`) names, checked to be an env this harness can run."""
     if env_cfg.get("entry_point"):
         cls = load_entry_point(str(env_cfg.entry_point))
     elif env_cfg.get("id"):
@@ -82,9 +83,31 @@ def env_class(env_cfg: DictConfig) -> type[AgentEnv]:
             raise ConfigError(f"env id {env_cfg.id!r} is not registered ({e}); known envs: {', '.join(ENVS)}") from e
     else:
         raise ConfigError(f"env {env_cfg.get('name')!r} names neither an id nor an entry_point; known envs: {', '.join(ENVS)}, custom")
-    if not (isinstance(cls, type) and issubclass(cls, AgentEnv)):
-        raise ConfigError(f"{cls!r} is not a subclass of envs.base.AgentEnv")
+    if not (isinstance(cls, type) and issubclass(cls, gymnasium.Env)):
+        raise ConfigError(f"{cls!r} is not a subclass of gymnasium.Env (envs.base.AgentEnv or any Gymnasium env with text actions)")
+    if needs_adapter(cls):
+        if cls.step is gymnasium.Env.step:
+            raise ConfigError(f"{cls.__name__} does not implement step(action): a Gymnasium env needs reset and step")
+        return cls
+    missing = [h for h in _HOOKS if getattr(cls, h) is getattr(AgentEnv, h)]
+    if missing:
+        raise ConfigError(f"{cls.__name__} lacks the AgentEnv hooks {', '.join(missing)} and does not override both "
+                          "reset and step: implement the hooks (docs/new_env.md) or reset/step the Gymnasium way")
     return cls
+
+
+# What an AgentEnv subclass implements to run on the base class's reset/step.
+_HOOKS = ("task_ids", "load_task", "_act")
+
+
+def needs_adapter(cls: type) -> bool:
+    """Whether `cls` runs through envs.gym_adapter: a Gymnasium env with its own reset and step
+    that does not rely on the AgentEnv hooks (a plain gymnasium.Env, or an AgentEnv subclass
+    that overrides reset and step instead of implementing the hooks)."""
+    if issubclass(cls, AgentEnv):
+        own_io = cls.reset is not AgentEnv.reset and cls.step is not AgentEnv.step
+        return own_io and any(getattr(cls, h) is getattr(AgentEnv, h) for h in _HOOKS)
+    return True
 
 
 def _require_docker() -> None:
@@ -114,6 +137,7 @@ class EnvMaker:
     cls: type[AgentEnv]
     opts: dict[str, Any]
     docker: dict[str, Any] | None = None  # use_docker_hosts' arguments when the env uses Docker
+    name: str = ""  # the user's class, when `cls` wraps it (the Gymnasium adapter)
 
     def __call__(self) -> AgentEnv:
         if self.docker is not None:
@@ -121,7 +145,7 @@ class EnvMaker:
         try:
             return self.cls(**self.opts)
         except _ENV_OPTION_ERRORS as e:  # an option's value the env refuses: its own one-line message
-            raise ConfigError(f"env={self.cls.__name__}: {e}") from None
+            raise ConfigError(f"env={self.name or self.cls.__name__}: {e}") from None
 
 
 def sandbox_backend(name: str) -> str:
@@ -148,12 +172,28 @@ def build_env(cfg: DictConfig, closers: list) -> Callable[[], AgentEnv]:
 
 
 def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: list | None = None) -> Callable[[], AgentEnv]:
-    """A zero-argument constructor of the configured env. Options under `env.` are passed to
-    the constructor (null means "the env's default"); `sandbox` is passed where accepted. With
-    `cluster=ray` each env lives in a Ray actor (what stops Ray is appended to `closers`)."""
-    cls = env_class(cfg.env)
-    opts = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items()
+    """A zero-argument constructor of the configured env (`env_maker`). With `cluster=ray` each
+    env lives in a Ray actor (what stops Ray is appended to `closers`)."""
+    return on_cluster(cfg, env_maker(cfg, cfg.env, extra), closers)
+
+
+def env_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None = None) -> EnvMaker:
+    """The maker of the env `env_cfg` describes (the run's `env`, or one member of env=mix).
+    Options under it are passed to the constructor (null means "the env's default"); `sandbox`
+    is passed where accepted. A Gymnasium env without the AgentEnv hooks is wrapped in
+    envs.gym_adapter.GymAdapter, whose own options (role, kind, outcome, ...) it takes first."""
+    if env_cfg.get("members") is not None:
+        return mix_maker(cfg, env_cfg, extra)
+    cls = env_class(env_cfg)
+    opts = {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items()
             if k not in _ENV_RESERVED and v is not None}
+    adapter: dict[str, Any] | None = None  # the adapter's own options, when the class runs through it
+    own: list[str] = []
+    if needs_adapter(cls):
+        from envs.gym_adapter import GymAdapter
+
+        own = [p for p in inspect.signature(GymAdapter.__init__).parameters if p not in ("self", "env_class", "env_options")]
+        adapter = {k: opts[k] for k in own if k in opts}
     params = inspect.signature(cls.__init__).parameters
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     docker = None
@@ -169,11 +209,72 @@ def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: l
     for k, v in (extra or {}).items():
         if k in params or accepts_any:
             opts.setdefault(k, v)
+    if adapter is not None:  # an option both take (max_turns) goes to both
+        opts = {k: v for k, v in opts.items() if k not in adapter or k in params}
     unknown = [k for k in opts if k not in params and not accepts_any]
     if unknown:
-        known = [p for p in params if p != "self"]
+        known = [p for p in params if p != "self"] + own
         raise ConfigError(f"{cls.__name__} has no option {', '.join(unknown)}; it takes: {', '.join(known) or 'nothing'}")
-    return on_cluster(cfg, EnvMaker(cls, opts, docker), closers)
+    if adapter is not None:
+        return EnvMaker(GymAdapter, {"env_class": cls, "env_options": opts, **adapter}, docker, name=cls.__name__)
+    return EnvMaker(cls, opts, docker)
+
+
+CONF_ENVS = Path(__file__).parent / "conf" / "env"
+
+
+def mix_weights(env_cfg: DictConfig) -> dict[str, float]:
+    """env=mix: each member's sampling weight (`weight`, default 1); {} for any other env."""
+    members = env_cfg.get("members")
+    if members is None:
+        return {}
+    if not members:
+        raise ConfigError("env=mix needs members: env.members.NAME.env=WORD (or env.members.NAME.entry_point=module:Class), "
+                          "optionally env.members.NAME.weight=W and the member's own options")
+    weights = {}
+    for name, m in members.items():
+        try:
+            weights[str(name)] = float(m.get("weight", 1.0))
+        except (TypeError, ValueError, AttributeError):
+            raise ConfigError(f"env.members.{name}: give the member's options, with weight a number (got {m!r})") from None
+        if not weights[str(name)] > 0:
+            raise ConfigError(f"env.members.{name}.weight={weights[str(name)]}: must be above 0")
+    return weights
+
+
+def member_env(cfg: DictConfig, name: str, member: DictConfig) -> DictConfig:
+    """One member's env config: its env word's yaml (or `custom` for an entry point) with the
+    member's own options over it, placed in a copy of the run's config (so `${model.path}`
+    and the like resolve as they do for a single env)."""
+    opts = {k: v for k, v in OmegaConf.to_container(member, resolve=True).items() if k != "weight"}
+    word = str(opts.pop("env", "custom"))
+    if word == "mix" or not (CONF_ENVS / f"{word}.yaml").is_file():
+        known = sorted(f.stem for f in CONF_ENVS.glob("*.yaml") if f.stem != "mix")
+        raise ConfigError(f"env.members.{name}.env={word!r}: choose one of {', '.join(known)}")
+    base = OmegaConf.load(CONF_ENVS / f"{word}.yaml")
+    if word == "custom" and not opts.get("entry_point"):
+        raise ConfigError(f"env.members.{name}: give env.members.{name}.env=WORD or env.members.{name}.entry_point=module:Class")
+    env = OmegaConf.merge(base, opts)
+    if env.get("user") == "llm" or env.get("via_proxy"):
+        raise ConfigError(f"env.members.{name}: a mixture's members cannot use env.user=llm or env.via_proxy "
+                          "(they belong to the run's single env); run that env alone")
+    root = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    root.env = env
+    return root.env
+
+
+def mix_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None = None) -> EnvMaker:
+    """env=mix: one maker per member, each with its own options (its own sandbox and limits)."""
+    from envs.mix import MixEnv
+
+    makers = {}
+    for name in mix_weights(env_cfg):
+        member = member_env(cfg, name, env_cfg.members[name])
+        try:
+            makers[name] = env_maker(cfg, member, extra)
+        except ConfigError as e:
+            raise ConfigError(f"env.members.{name}: {e}") from None
+    return EnvMaker(MixEnv, {"members": makers})
 
 
 def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv], closers: list | None = None) -> Callable[[], AgentEnv]:
@@ -373,7 +474,8 @@ def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], Agen
         return None
     evaluators: list[Evaluator] = []
     if held_out:
-        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, closers), held_out, s.k, s.seed))
+        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, closers), held_out, s.k, s.seed,
+                                           members=list(mix_weights(cfg.env))))
     else:
         log.warning("env %s has too few tasks to hold any out: no held-out episodes", cfg.env.name)
     personalization = build_personalization(cfg, policy, make_env, closers)

@@ -20,6 +20,7 @@ Figures, under the same flat names in metrics.jsonl and W&B (row k: the policy a
   personalization         the chat_sim score: mean over held-out tasks of the rubric share of the
                           first reply, with personalization_lo / _hi (bootstrap over tasks) and _n
   personalization/scores  {task id: [score]}: per-task scores, for pairing runs task by task
+  heldout/<member>/...    env=mix: the same figures over each member's tasks (outcomes only overall)
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
 from agent.rollout import EpisodeJob, Runner
 from envs.base import AgentEnv
+from envs.mix import member_of
 from learner.loop import Evaluator
 from learner.stats import Estimate, bootstrap_mean, pass_at_k, wilson
 
@@ -80,13 +82,25 @@ class HeldOutResult:
         out["outcome_mean"] = bootstrap_mean([float(np.mean(os)) for os in counted.values()])
         return out
 
-    def row(self) -> dict[str, Any]:
-        """The figures under their metrics.jsonl / W&B names (see the module docstring)."""
+    def member(self, name: str) -> HeldOutResult:
+        """The result over one mixture member's tasks (env=mix)."""
+        return HeldOutResult(self.k, {t: os for t, os in self.outcomes.items() if member_of(t) == name})
+
+    def row(self, members: list[str] | None = None) -> dict[str, Any]:
+        """The figures under their metrics.jsonl / W&B names (see the module docstring), and each
+        mixture member's under heldout/<member>/ (its outcomes are in the overall ones)."""
+        row = self._figures(PREFIX)
+        row[f"{PREFIX}outcomes"] = self.outcomes
+        for m in members or []:
+            row.update(self.member(m)._figures(f"{PREFIX}{m}/"))
+        return row
+
+    def _figures(self, prefix: str) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for name, e in self.estimates().items():
-            row.update({f"{PREFIX}{name}": e.value, f"{PREFIX}{name}_lo": e.lo, f"{PREFIX}{name}_hi": e.hi,
-                        f"{PREFIX}{name}_n": e.n})
-        row.update({f"{PREFIX}k": self.k, f"{PREFIX}excluded": self.excluded, f"{PREFIX}outcomes": self.outcomes})
+            row.update({f"{prefix}{name}": e.value, f"{prefix}{name}_lo": e.lo, f"{prefix}{name}_hi": e.hi,
+                        f"{prefix}{name}_n": e.n})
+        row.update({f"{prefix}k": self.k, f"{prefix}excluded": self.excluded})
         return row
 
     def table(self) -> str:
@@ -106,12 +120,14 @@ class EpisodeEvaluator:
     """Full episodes of the policy on the held-out tasks. `runner` is the evaluation's own (its
     actors sample at the evaluation temperature; it has no `on_turn`, so no turn is scored)."""
 
-    def __init__(self, runner: Runner, task_ids: list[str], k: int = 1, seed: int = 0) -> None:
+    def __init__(self, runner: Runner, task_ids: list[str], k: int = 1, seed: int = 0,
+                 members: list[str] | None = None) -> None:
         if runner.on_turn is not None:
             raise ValueError("the evaluation's runner must not hand its turns on (to a scorer)")
         self.runner = runner
         self.task_ids = list(task_ids)
         self.k = int(k)
+        self.members = list(members or [])  # env=mix: figures per member too
         self.jobs = eval_jobs(self.task_ids, self.k, seed)
 
     async def evaluate(self) -> HeldOutResult:
@@ -122,7 +138,7 @@ class EpisodeEvaluator:
         return HeldOutResult(self.k, outcomes)
 
     async def __call__(self) -> dict[str, Any]:
-        return (await self.evaluate()).row()
+        return (await self.evaluate()).row(self.members)
 
 
 def supports_personalization(env: AgentEnv) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 from agent import host_memory
 from agent.rollout import Episode, EpisodeJob, Runner
 from agent.turn import Turn
+from envs.mix import draw_weights, member_of
 from learner import diagnostics
 from learner.runlog import RunLog
 
@@ -35,6 +36,7 @@ class LoopConfig:
     max_staleness: int = 1
     task_ids: list[str] | None = None  # the training ids to draw from (None: every task of the env)
     eval_every: int = 1  # held-out figures every N updates (see eval_due); 0: never
+    mix: dict[str, float] = dataclasses.field(default_factory=dict)  # env=mix: member -> sampling weight
 
 
 @dataclasses.dataclass
@@ -52,10 +54,13 @@ Evaluator = Callable[[], Awaitable[dict[str, Any]]]
 
 
 def make_jobs(task_ids: list[str], step: int, cfg: LoopConfig) -> list[EpisodeJob]:
-    """Tasks for one step: a seeded draw, each task repeated `group_size` times (one group)."""
+    """Tasks for one step: a seeded draw, each task repeated `group_size` times (one group). In a
+    mixture each draw is independent (with replacement) and picks member m with probability
+    weight m / total, so the weights hold whatever the members' task counts."""
     rng = np.random.default_rng([cfg.seed, step])
-    replace = len(task_ids) < cfg.tasks_per_step
-    picks = rng.choice(len(task_ids), size=cfg.tasks_per_step, replace=replace)
+    p = draw_weights(cfg.mix, task_ids) if cfg.mix else None
+    replace = len(task_ids) < cfg.tasks_per_step or p is not None
+    picks = rng.choice(len(task_ids), size=cfg.tasks_per_step, replace=replace, p=p)
     jobs = []
     for i, k in enumerate(picks):
         for g in range(cfg.group_size):
@@ -91,6 +96,18 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, Any]:
         "response_tokens": sum(len(t.response_ids) for t in turns),
         "policy_versions": sorted({t.policy_version for t in turns}),
     }
+
+
+MEMBER_FIGURES = ("episodes", "outcome_mean", "success_rate")
+
+
+def member_metrics(episodes: list[Episode], members: list[str]) -> dict[str, Any]:
+    """A mixture's figures per member (`env/<member>/outcome_mean`, ...), read from task ids."""
+    out: dict[str, Any] = {}
+    for m in members:
+        r = rollout_metrics([e for e in episodes if member_of(e.job.task_id) == m])
+        out.update({f"env/{m}/{k}": r[k] for k in MEMBER_FIGURES})
+    return out
 
 
 def headline(row: dict[str, Any]) -> list[str]:
@@ -155,6 +172,7 @@ async def run_loop(
             turns = [t for e in episodes for t in e.turns]
             row: dict[str, Any] = {"step": step}
             row.update(rollout_metrics(episodes))
+            row.update(member_metrics(episodes, list(cfg.mix)))
             t1 = time.monotonic()
             if trainer is not None:
                 out = await trainer(step, turns)

@@ -13,6 +13,7 @@ from tests.test_run_cli import REPO
 DOC = REPO / "docs" / "new_env.md"
 EXAMPLE = REPO / "docs" / "examples" / "guess_number.py"
 FROM_FILE = "# docs/examples/guess_number.py\n"
+FROM_GYM_FILE = "# docs/examples/repeat_word.py\n"  # section 7: a plain Gymnasium env
 
 
 def blocks(lang: str) -> list[str]:
@@ -29,13 +30,15 @@ def test_code_shown_is_the_example_files():
     assert len(shown) >= 5
     for b in shown:
         assert b in source, f"docs/new_env.md shows code that is not in {EXAMPLE.name}:\n{b}"
+    (gym_block,) = [b.removeprefix(FROM_GYM_FILE) for b in blocks("python") if b.startswith(FROM_GYM_FILE)]
+    assert gym_block in (REPO / "docs/examples/repeat_word.py").read_text()
     conf = (REPO / "docs/examples/conf/env/guess_number.yaml").read_text()
     (yaml_block,) = blocks("yaml")
     assert yaml_block in conf
 
 
 def test_python_snippets_run():
-    runnable = [b for b in blocks("python") if not b.startswith(FROM_FILE)]
+    runnable = [b for b in blocks("python") if not b.startswith((FROM_FILE, FROM_GYM_FILE))]
     assert len(runnable) == 2
     for code in runnable:
         p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -52,7 +55,7 @@ def _run(command: str, run_dir) -> list[dict]:
 
 
 def test_oracle_and_random_runs(tmp_path):
-    oracle, random_run = [c for c in commands() if "model=tiny" not in c]
+    oracle, random_run = [c for c in commands() if "model=tiny" not in c and "repeat_word" not in c]
     rows = _run(oracle, tmp_path / "oracle")
     assert len(rows) == 2 and all(r["outcome_mean"] == 1.0 and r["episodes"] == 4 for r in rows)
     rows = _run(random_run, tmp_path / "random")
@@ -60,6 +63,15 @@ def test_oracle_and_random_runs(tmp_path):
     turns = [json.loads(line) for line in (tmp_path / "random" / "turns.jsonl").read_text().splitlines()]
     assert all(t["next_state"]["data"]["verdict"] in (-1, 1) for t in turns)
     assert all(1 <= int(t["action"]) <= 8 for t in turns)  # env.high=8 reached the constructor
+
+
+def test_plain_gymnasium_env_run(tmp_path):
+    (command,) = [c for c in commands() if "repeat_word" in c]
+    rows = _run(command, tmp_path / "gym")
+    assert len(rows) == 1 and rows[0]["episodes"] == 4 and rows[0]["turns"] == 12  # env.turns=3 reached the env
+    turns = [json.loads(line) for line in (tmp_path / "gym" / "turns.jsonl").read_text().splitlines()]
+    assert all(t["task_id"].startswith("seed-") and t["outcome"] in (0.0, 1.0) for t in turns)  # outcome=last
+    assert all(t["next_state"]["data"]["verdict"] in (-1, 1) for t in turns)
 
 
 @pytest.mark.slow

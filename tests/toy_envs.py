@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 import time
 
+import gymnasium
 import numpy as np
+from gymnasium import spaces
 
 from envs.base import AgentEnv, NextState, Status, StepResult, Task
 
@@ -105,3 +107,36 @@ class FirstCharEnv(AgentEnv):
         ns = NextState("user", "Nice." if ok else "Start with a lowercase letter.", "user_reply",
                        {"verdict": 1 if ok else -1, "hint": "" if ok else "Begin the reply with a lowercase letter such as 'a'."})
         return StepResult(ns, done=True, outcome=1.0 if ok else -1.0)
+
+
+class PlainStepAgentEnv(AgentEnv):
+    """An AgentEnv subclass written the plain Gymnasium way: its own reset and step, no hooks.
+    One turn: reward 1 for a reply that starts with a lowercase letter, else 0; its info
+    gives the next state itself."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        gymnasium.Env.reset(self, seed=seed)
+        return "Say a word.", {}
+
+    def step(self, action: str):
+        ok = action[:1].isascii() and action[:1].islower()
+        ns = NextState("tool", "ok" if ok else "no", "check", {"verdict": 1 if ok else -1})
+        return ns.content, float(ok), True, False, {"next_state": ns}
+
+
+class DiscreteGymEnv(gymnasium.Env):
+    """A Gymnasium env whose actions are not text: it cannot be an agent's env."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Discrete(2)
+        self.action_space = spaces.Discrete(4)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return 0, {}
+
+    def step(self, action: int):
+        return 0, 0.0, True, False, {}
+
+
+class HooklessEnv(AgentEnv):
+    """An AgentEnv with neither the hooks nor its own reset/step."""
