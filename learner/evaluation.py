@@ -212,6 +212,8 @@ def heldout_curve(rows: list[dict[str, Any]]) -> list[str]:
         return []
     lines = [f"{title} (95% CI) after N updates:"]  # a labelled row (the model before a warm start) by its label
     lines += [f"  {step:>4}: {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] n={e.n}" for step, e in points]
+    if len(points) < 2:  # nothing to compare (an evaluation-only run)
+        return lines
     (s0, a), (s1, b) = points[0], points[-1]
     if b.lo > a.hi:
         verdict = "rose beyond both intervals (they do not overlap)"

@@ -77,6 +77,7 @@ def test_heldout_curve_states_start_against_end():
     assert heldout_curve([start, row(4, 0.3, 0.2, 0.45)])[-1].endswith("rose above the start's interval, but the intervals overlap")
     assert heldout_curve([start, row(4, 0.2, 0.1, 0.3)])[-1].endswith("not distinguishable from noise")
     assert heldout_curve([start, row(4, 0.1, 0.04, 0.23)])[-1].endswith("did not rise")
+    assert heldout_curve([start]) == lines[:2]  # one evaluation: its value, no verdict
     # chat_sim's personalization comes first; rows without intervals (older runs) print nothing
     both = [dict(start, personalization=0.2, personalization_lo=0.1, personalization_hi=0.3, personalization_n=16)]
     assert heldout_curve(both)[0] == "personalization (95% CI) after N updates:"
