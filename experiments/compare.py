@@ -13,6 +13,8 @@ DIR/report.md holds:
   `<group>.name`, e.g. model.path with model.name). Each cell is `0.41 ± 0.05 (n=3 seeds)`: the
   mean over seeds with a 95% Student t interval (`--ci bootstrap` for the percentile bootstrap,
   too narrow over a handful of seeds: it never leaves the range of the values);
+- each group's change from the first reported step to the later ones, with a paired test (by
+  item where runs log per-item values, else by seed);
 - paired sign-flip permutation tests between the groups of one env at each reported step, by
   seed (a seed's value in one group against the same seed's in the other: same seed, same
   held-out tasks) and, where runs log per-item values, by item. Groups whose seeds differ are
@@ -325,10 +327,11 @@ def groups_table(groups: list[Group], figure: Figure, at: list[int], ci: str = "
     return "\n".join(lines) + "\n"
 
 
-def pair(a: Group, b: Group, path: tuple[str, ...], step: int, by: str) -> tuple[list[float], list[float]] | str:
-    """The values of `a` and `b` at `step` paired by "seed" or by "item", or why they cannot be
-    ("" when a group has no value there)."""
-    got_a, got_b = a.at(path, step), b.at(path, step)
+def pair(a: Group, b: Group, path: tuple[str, ...], step: int, by: str,
+         step_b: int | None = None) -> tuple[list[float], list[float]] | str:
+    """The values of `a` at `step` and of `b` at `step_b` (default: the same step) paired by
+    "seed" or by "item", or why they cannot be ("" when a group has no value there)."""
+    got_a, got_b = a.at(path, step), b.at(path, step if step_b is None else step_b)
     if not got_a or not got_b:
         return ""
     for g, got in ((a, got_a), (b, got_b)):
@@ -347,6 +350,31 @@ def pair(a: Group, b: Group, path: tuple[str, ...], step: int, by: str) -> tuple
     if ia.keys() != ib.keys():
         return "the groups' items differ"
     return [ia[i] for i in ia], [ib[i] for i in ia]
+
+
+def rise_table(groups: list[Group], figure: Figure, at: list[int]) -> str:
+    """Each group's change from its first reported step to each later one, paired by item (each
+    item's mean over the seeds) where the runs log per-item values, else by seed."""
+    key, title, path = figure
+    if len(at) < 2:
+        return ""
+    by = "item" if _has_items(groups, path) else "seed"
+    head = ["group", "pairs by"] + [f"after {k} - after {at[0]}" for k in at[1:]]
+    lines = [f"{title}: change within each group", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in groups:
+        cells = [g.label, by]
+        for k in at[1:]:
+            got = pair(g, g, path, k, by, step_b=at[0])
+            if isinstance(got, str):
+                cells.append(f"not paired ({got})" if got else "")
+                continue
+            x, y = got
+            d = t_mean(np.subtract(x, y).tolist())
+            cells.append(f"Δ={d.value:+.2f} ± {d.half_width:.2f}, p={paired_permutation_p(x, y):.3g} (n={len(x)})")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Δ: the mean change with the larger half-width of its 95% Student t interval over the pairs; "
+              "p: two-sided paired sign-flip permutation test (as below)."]
+    return "\n".join(lines) + "\n"
 
 
 def tests_table(groups: list[Group], figure: Figure, at: list[int]) -> str:
@@ -462,7 +490,7 @@ def compare(run_dirs: list[str | Path], out: str | Path, at: list[int] | None = 
     pngs = plots(groups, out, FIGURES + ([head] if head not in FIGURES else []), ci)
     report = out / "report.md"
     body = ["# Run comparison", "", table(runs), "", at_steps_table(runs, head, at), "",
-            groups_table(groups, head, at, ci), "", tests_table(groups, head, at), ""]
+            groups_table(groups, head, at, ci), "", rise_table(groups, head, at), "", tests_table(groups, head, at), ""]
     body += [f"![{p.stem}]({p.name})" for p in pngs]
     body += ["", "Run dirs:", ""] + [f"- `{r.dir}`" for r in runs]
     report.write_text("\n".join(body) + "\n")

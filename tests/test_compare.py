@@ -182,7 +182,7 @@ def test_runs_with_different_seeds_are_not_paired(tmp_path):
     text = compare(dirs, tmp_path / "cmp").read_text()
     assert table_rows(text, "binary - combine")["binary - combine | seed"] == ["not paired"] * 3
     assert "- binary vs combine by seed, after 0, 1, 2: seeds differ (0, 1, 2 vs 0, 1, 3)" in text
-    assert "p=" not in text
+    assert "p=" not in text.split("paired tests between groups")[1]  # (the change within each group has its own)
     # two runs of one group with one seed cannot be paired either
     dup = write_run(tmp_path / "again", "binary", 0, reward_rows(*BINARY[0]))
     text = compare(dirs[:3] + [dup] + dirs[3:], tmp_path / "dup").read_text()
@@ -255,3 +255,16 @@ def test_compare_cli_says_what_is_wrong_with_a_figure(seeds3, tmp_path):
     p = subprocess.run([sys.executable, "-m", "experiments.compare", *map(str, seeds3), "--out", str(tmp_path / "o"),
                         "--figure", "held_out.nope"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "no run has the figure 'held_out.nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_change_within_a_group_is_paired_by_item_across_seeds(tmp_path):
+    # five held-out tasks; after 2 updates tasks t1..t4 flip from -1 to +1 on every seed, t5 stays +1
+    before, after = dict(t1=-1, t2=-1, t3=-1, t4=-1, t5=1), dict(t1=1, t2=1, t3=1, t4=1, t5=1)
+    rows = [{"step": 0, "reward_mean": 0.0, "heldout/outcomes": {t: [o] for t, o in before.items()}},
+            {"step": 2, "reward_mean": 0.0, "heldout/outcomes": {t: [o] for t, o in after.items()}}]
+    dirs = [write_run(tmp_path, "outcome", s, rows) for s in range(3)]
+    text = compare(dirs, tmp_path / "cmp", at=[0, 2]).read_text()
+    # differences over items [2, 2, 2, 2, 0]: mean 1.6, s = sqrt(0.8), half 2.7764 * sqrt(0.8) / sqrt(5) = 1.11;
+    # four non-zero differences of the same sign: p = 2/16
+    assert table_rows(text, "outcome")["outcome | item"] == ["Δ=+1.60 ± 1.11, p=0.125 (n=5)"]
+    assert "change within each group" in text
