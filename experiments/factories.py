@@ -543,9 +543,9 @@ def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:
 
 
 def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
-              settings: DictConfig | None = None) -> tuple[Any, Policy]:
+              settings: DictConfig | None = None, split: TaskSplit | None = None) -> tuple[Any, Policy]:
     """The SFT run of mode=sft (or of `settings`: warm_start=sft) and the policy whose actors act
-    out oracle demonstrations."""
+    out oracle demonstrations; `split`: the run's, when the caller has it already."""
     from learner.sft import SFT, SFTConfig
     from learner.sft_demos import read_transcripts
 
@@ -558,7 +558,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
             raise ConfigError(f"{where}.{key} must be a positive number (got {m.get(key)})")
     source = str(m.demos)
     transcripts = None if source == "oracle" else read_transcripts(source, int(m.n_demos))
-    split = env_split(cfg, make_env)
+    split = split or env_split(cfg, make_env)
     leaked = sorted({t.task_id for t in transcripts or [] if t.task_id in set(split.held_out)})
     if leaked:
         raise ConfigError(f"{source}: transcripts of held-out tasks {leaked[:3]} must not be trained on "

@@ -26,6 +26,7 @@ from experiments.warm_start import enabled as warm_start_enabled, warm_start
 from learner.evaluation import heldout_curve
 from learner.loop import run_loop
 from learner.runlog import RunLog
+from learner.sft import summary as sft_summary
 from learner.sft_demos import DemoError
 from learner.wandb_log import WandbSink
 
@@ -73,7 +74,7 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
     else:
         if warm:  # SFT first; cfg.model.path becomes its checkpoint
             split = await asyncio.to_thread(env_split, cfg, make_env)
-            before = await warm_start(cfg, make_env, runlog, split.held_out)
+            before = await warm_start(cfg, make_env, runlog, split)
         policy = build_policy(cfg)
     runner = build_runner(cfg, make_env, policy, closers)
     try:
@@ -132,8 +133,7 @@ def main(cfg: DictConfig) -> None:
     finally:
         runlog.close()
     if rows and rows[-1].get("model_path"):  # mode=sft: what a later run starts from
-        log.info("done: %d epochs, held-out NLL %s -> %s; start from it with model=local model.path=%s", rows[-1]["epoch"],
-                 rows[0]["heldout_nll"], rows[-1]["heldout_nll"], rows[-1]["model_path"])
+        log.info("done: %s; start from it with model=local model.path=%s", sft_summary(rows), rows[-1]["model_path"])
         return
     trained = [r for r in rows if not r.get("eval_only")]
     last = trained[-1] if trained else {}

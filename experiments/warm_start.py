@@ -14,9 +14,10 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, open_dict
 
-from envs.base import AgentEnv
+from envs.base import AgentEnv, TaskSplit
 from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft, close_all
 from learner.runlog import RunLog
+from learner.sft import summary as sft_summary
 
 log = logging.getLogger(__name__)
 BEFORE = "before warm start"  # the label of the starting model's held-out figures
@@ -32,7 +33,7 @@ def enabled(cfg: DictConfig) -> bool:
 
 
 async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
-                     held_out: list[str]) -> dict[str, Any] | None:
+                     split: TaskSplit) -> dict[str, Any] | None:
     """Run the warm start (or find a finished one) and point cfg.model.path at its checkpoint.
     Returns the starting model's held-out figures (None when reused or when nothing is held out),
     labelled `phase: before warm start`."""
@@ -45,14 +46,14 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
         closers: list = []
         policy = build_policy(cfg)
         try:
-            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, held_out, closers)
+            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
             if evaluator is not None:
                 before = {"phase": BEFORE, **await evaluator()}
         finally:
             await policy.aclose()
             await close_all(closers)
         closers = []
-        sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start)
+        sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
         runner = build_runner(cfg, make_env, demos, closers)
         try:
             rows = await sft.run(runner, before)
@@ -60,8 +61,7 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
             await asyncio.to_thread(runner.close)
             await close_all(closers)
         ws.close()
-        log.info("warm start: %d epochs, held-out NLL %s -> %s; RL starts from %s", rows[-1]["epoch"],
-                 rows[0]["heldout_nll"], rows[-1]["heldout_nll"], rows[-1]["model_path"])
+        log.info("warm start: %s; RL starts from it", sft_summary(rows))
     with open_dict(cfg):
         cfg.model.path = str(model.resolve())
     return before

@@ -98,8 +98,7 @@ class HeldOutResult:
     def _figures(self, prefix: str) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for name, e in self.estimates().items():
-            row.update({f"{prefix}{name}": e.value, f"{prefix}{name}_lo": e.lo, f"{prefix}{name}_hi": e.hi,
-                        f"{prefix}{name}_n": e.n})
+            row.update(e.as_row(f"{prefix}{name}"))
         row.update({f"{prefix}k": self.k, f"{prefix}excluded": self.excluded})
         return row
 
@@ -175,9 +174,7 @@ class PersonalizationEvaluator:
         scores = await asyncio.gather(*(self._one(i, t) for i, t in enumerate(self.tasks)))
         if not scores:
             return {"personalization": None, "personalization_n": 0}
-        e = bootstrap_mean(scores)
-        return {"personalization": e.value, "personalization_lo": e.lo, "personalization_hi": e.hi,
-                "personalization_n": e.n,
+        return {**bootstrap_mean(scores).as_row("personalization"),
                 "personalization/scores": {t.task_id: [s] for t, s in zip(self.tasks, scores)}}
 
 
@@ -204,8 +201,7 @@ def heldout_curve(rows: list[dict[str, Any]]) -> list[str]:
     after each evaluated update (row k holds the policy after k updates), then start against end
     in words. No lines when no row was evaluated."""
     for key, title in CURVE_FIGURES:
-        points = [(r.get("phase") or int(r["step"]), Estimate(r[key], r[f"{key}_lo"], r[f"{key}_hi"], int(r.get(f"{key}_n", 0))))
-                  for r in rows if isinstance(r.get(key), (int, float)) and f"{key}_lo" in r]
+        points = [(r.get("phase") or int(r["step"]), e) for r in rows if (e := Estimate.from_row(r, key)) is not None]
         if points:
             break
     else:

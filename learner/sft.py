@@ -121,5 +121,11 @@ class SFT:
         return rows
 
 
+def summary(rows: list[dict[str, Any]]) -> str:
+    """A finished run's line: its epochs, the held-out NLL before and after, and its checkpoint."""
+    return (f"{rows[-1]['epoch']} epochs, held-out NLL {_fmt(rows[0]['heldout_nll'])} -> "
+            f"{_fmt(rows[-1]['heldout_nll'])}, checkpoint {rows[-1]['model_path']}")
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4f}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,6 +44,17 @@ class Estimate:
 
     def to_dict(self) -> dict[str, float | int]:
         return dataclasses.asdict(self)
+
+    def as_row(self, name: str) -> dict[str, float | int]:
+        """The estimate under a metrics row's flat names: `name`, `name_lo`, `name_hi`, `name_n`."""
+        return {name: self.value, f"{name}_lo": self.lo, f"{name}_hi": self.hi, f"{name}_n": self.n}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], name: str) -> Estimate | None:
+        """The estimate `as_row` wrote into `row`, or None when the row lacks it (or its interval)."""
+        if not isinstance(row.get(name), (int, float)) or f"{name}_lo" not in row:
+            return None
+        return cls(row[name], row[f"{name}_lo"], row[f"{name}_hi"], int(row.get(f"{name}_n", 0)))
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> Estimate:
