@@ -34,7 +34,7 @@ def test_reset_is_seeded_and_reports_messages():
     assert ChatSimEnv(system_prompt="Be helpful.").reset(seed=0)[1]["messages"][0]["role"] == "system"
 
 
-@pytest.mark.parametrize("persona", ["student", "teacher", "student_no_bold", "student_brief"])
+@pytest.mark.parametrize("persona", ["student", "teacher", "student_no_bold", "student_brief", "student_brief_correct"])
 def test_oracle_satisfies_on_turn_one(persona):
     env = ChatSimEnv(persona=persona)
     for tid in env.task_ids()[:15]:
