@@ -206,6 +206,7 @@ def test_check_env_and_registration():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_32_concurrent_episodes_share_images_and_leave_nothing():
     from experiments.bench.swe import containers_left, run_oracle_episodes
 
