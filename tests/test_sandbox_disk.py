@@ -10,6 +10,8 @@ import pytest
 from envs.sandbox import Limits, SandboxLimitError, open_sandbox
 from envs.sandbox.engine import engine_available
 
+pytestmark = pytest.mark.serial  # they measure the host's free disk, which parallel tests also use
+
 CAP = Limits(memory_mb=1024, disk_mb=256, pids=64)
 BACKENDS = [pytest.param("bwrap", marks=pytest.mark.bwrap),
             pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.skipif(
