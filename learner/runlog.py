@@ -115,8 +115,3 @@ class RunLog:
         for sink in self.sinks:
             sink.close()
         self.sinks.clear()
-
-    def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics_path.exists():
-            return []
-        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
