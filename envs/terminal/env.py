@@ -31,7 +31,8 @@ Statuses:
                   the episode ends with outcome -1 and no tests.
   infra_error     the sandbox failed (container died, daemon error, setup or image build
                   failed): not the agent's fault; the episode ends without an outcome.
-  timeout         the episode deadline (`episode_timeout_s`) passed before this action.
+  timeout         the episode deadline (`episode_timeout_s`, or task.toml's shorter [agent] timeout_sec,
+                  counted from when the sandbox is ready) passed before this action.
 
 Rules verdict (next_state.data["verdict"], read by the project's rules judge):
   -1  the action failed: invalid action, a command with a non-zero exit code, killed at its
@@ -136,12 +137,18 @@ class TerminalEnv(AgentEnv):
         (with no substitute); nothing is pulled. Tasks on the project's base ask no engine."""
         from envs.sandbox import images  # needs the docker package: imported only for docker
 
+        if self.base_image is not None:
+            return
         for task in self._tasks.values():
             dockerfile = Path(task.meta["dir"]) / "environment" / "Dockerfile"
-            if not task.meta["dockerfile"] or self.base_image is not None:
+            if not task.meta["dockerfile"]:
                 continue
             for image in images.from_images(dockerfile.read_text()):
-                if images.image_id(image) is None:
+                try:
+                    found = images.image_id(image)
+                except images.ImageError as e:  # an engine error, or a name it refuses
+                    raise ValueError(f"{dockerfile}: FROM {image}: {e}") from None
+                if found is None:
                     raise ValueError(images.missing_line(image, dockerfile)
                                      + ", or build on a substitute: env.base_image=base (the project's Debian image) or a local tag")
 
@@ -173,7 +180,6 @@ class TerminalEnv(AgentEnv):
     def _start(self, task: Task) -> NextState | None:
         self._broken = None
         self._episode_s = min(self.episode_timeout_s, task.meta["agent_timeout_s"] or self.episode_timeout_s)
-        self._deadline = time.monotonic() + self._episode_s
         t0 = time.monotonic()
         try:
             self._sb = self._open(task)
@@ -184,6 +190,7 @@ class TerminalEnv(AgentEnv):
             self._broken = f"{type(e).__name__}: {e}"
         finally:
             self.sandbox_s += time.monotonic() - t0
+        self._deadline = time.monotonic() + self._episode_s  # the agent's time starts once its sandbox is ready
         return None
 
     def _open(self, task: Task) -> Sandbox:
