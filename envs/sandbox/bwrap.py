@@ -430,7 +430,8 @@ class BwrapSandbox:
                                capture_output=True, timeout=30)
             reward = r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
             self._kill_namespace()
-        return verifier.Verification(reward, verifier.cap(text), rc in (124, 137), changed, tampered, processes)
+        # nsenter passes on the signal that ended its child: timeout -s KILL reads as -9 here
+        return verifier.Verification(reward, verifier.cap(text), rc in (124, 137, -signal.SIGKILL), changed, tampered, processes)
 
     def is_alive(self) -> bool:
         return not self._closed and self._holder is not None and self._holder.poll() is None
