@@ -211,6 +211,11 @@ def _build_base(tag: str, url: str | None = None) -> None:
         raise ImageError(f"docker import did not produce {tag}")
 
 
+def layer_tag(context_dir: str | os.PathLike, name: str, base: str | None = None) -> str:
+    """The tag `build_image` gives the layer from `context_dir` on `base` (None: the base image)."""
+    return f"{REPO}/{name}:{recipe_hash(context_dir, base or base_tag())}"
+
+
 def build_image(context_dir: str | os.PathLike, base: str | None = None, name: str | None = None,
                 url: str | None = None) -> str:
     """Build (or find) a layer on `base` from `context_dir`, whose Dockerfile starts with
@@ -221,7 +226,7 @@ def build_image(context_dir: str | os.PathLike, base: str | None = None, name: s
         raise ImageError(f"{ctx} has no Dockerfile")
     url = engine.primary() if url is None else url
     name = name or ctx.name
-    tag = f"{REPO}/{name}:{recipe_hash(ctx, base or base_tag())}"
+    tag = layer_tag(ctx, name, base)
     if image_exists(tag, url):
         return tag
     with _build_lock():
@@ -300,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             for url in engine.live_hosts() if args.host else [None]:
                 print(f"base: {base_tag()} built={image_exists(base_tag(), url)}" + (f" on {engine.name(url)}" if url else ""))
                 for name in recipe_names():
-                    tag = f"{REPO}/{name}:{recipe_hash(RECIPES / name, base_tag())}"
+                    tag = layer_tag(RECIPES / name, name)
                     print(f"{name}: {tag} built={image_exists(tag, url)}")
     except (ImageError, docker.errors.DockerException) as e:
         print(f"[images] {e}", file=sys.stderr)
