@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -82,23 +81,17 @@ def test_bad_input_is_one_line(demo, tmp_path, capsys):
     assert "already has that instance (pass --replace" in one_line_error(capsys, ["--repo", str(repo), "--fix", "fix", *base])
 
 
-def _remove_images(name: str) -> None:
-    """Remove openclaw/swe-own-<name> (every tag) once no container of it is left."""
-    from envs.sandbox.engine import client
-
-    c = client()
-    for img in c.images.list(name=f"openclaw/{build.IMAGE_PREFIX}{name}"):
-        deadline = time.monotonic() + 60  # closed sandboxes are removed in the background
-        while c.containers.list(all=True, filters={"ancestor": img.id}) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        c.images.remove(img.id, force=True)
-
-
 @pytest.fixture
 def own_name():
+    from envs.sandbox import images
+    from envs.sandbox.engine import client
+
     name = f"tinystats-test-{os.getpid()}"
     yield name
-    _remove_images(name)
+    repo = f"{images.REPO}/{build.IMAGE_PREFIX}{name}"
+    for img in client().images.list(name=repo):
+        images.remove_image(img.tags[0])
+    assert not client().images.list(name=repo)
 
 
 @pytest.mark.docker

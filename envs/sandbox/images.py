@@ -70,6 +70,23 @@ def image_exists(tag: str, url: str | None = None) -> bool:
         raise ImageError(f"Docker engine error while looking up {tag}: {e}") from e
 
 
+def remove_image(tag: str, wait_s: float = 60.0, url: str | None = None) -> None:
+    """Remove image `tag` from engine `url` once no container of it is left (closed sandboxes
+    are removed in the background), waiting at most `wait_s`."""
+    c = client(url)
+    try:
+        image_id = c.images.get(tag).id
+    except docker.errors.ImageNotFound:
+        return
+    deadline = time.monotonic() + wait_s
+    while c.containers.list(all=True, filters={"ancestor": image_id}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        c.images.remove(image_id, force=True)
+    except docker.errors.DockerException as e:
+        raise ImageError(f"cannot remove {tag}: {e}") from e
+
+
 @contextlib.contextmanager
 def _build_lock(timeout_s: float = BUILD_TIMEOUT_S):
     """One build at a time on this host (two runs starting together build once)."""

@@ -10,16 +10,16 @@ The repository (a git work tree or a `git bundle` file) goes into an image at --
 names grading.py reverts) become the test patch, the rest the gold patch. The image is
 `docker build --network none` on the sandbox base (or --base-image, any local image with
 python3, git and bash), with pytest, pip and setuptools copied from this venv and pip set to
-install offline from --wheels (no index, no build isolation), then --install runs in /testbed.
+install offline from --wheels (no index, no build isolation), then --install runs in /testbed
+as root; episodes run as the user `agent` (made if the base lacks it), who owns /testbed.
 FAIL_TO_PASS and PASS_TO_PASS come from running the test patch's files before and after the
 gold patch with grading.grade (SWE-bench's validation), and the finished record is graded once
-more with the gold patch, which must resolve it. The record (instance_id NAME, `image`, `user`,
+more with the gold patch, which must resolve it (else the image just built is removed). The record (instance_id NAME, `image`, `user`,
 `test_cmd`) is appended to --out, which `env=swe env.instances=FILE` reads.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import re
 import shutil
@@ -48,7 +48,7 @@ no-build-isolation = false
 """
 INSTALL_FAILED = "openclaw-install-failed"
 NEEDS_BASE = "openclaw-base-lacks"
-DOCKERFILE = "ARG BASE\nFROM ${BASE}\n" + f"""RUN command -v python3 && command -v git && command -v bash \\
+DOCKERFILE = "ARG BASE\nFROM ${BASE}\nUSER root\n" + f"""RUN command -v python3 && command -v git && command -v bash \\
     || {{ echo "{NEEDS_BASE} python3, git or bash"; exit 1; }}
 """ + bundled.VENDOR_STEP + f"""COPY pip.conf /etc/pip.conf
 COPY wheels /opt/openclaw-wheels
@@ -89,10 +89,10 @@ def _clone(source: Path, dest: Path) -> None:
     """A mirror of `source` (a work tree, a bare repository or a bundle) in `dest`."""
     if not source.exists():
         raise BuildError(f"--repo {source}: no such file or folder")
-    if source.is_dir():
-        top = subprocess.run(["git", "-C", str(source), "rev-parse", "--show-toplevel", "--is-bare-repository"],
-                             capture_output=True, text=True, timeout=60).stdout.split()
-        if "true" not in top and (not top or Path(top[0]).resolve() != source.resolve()):
+    if source.is_dir():  # a work tree's top, or a bare repository: not a folder inside either
+        where = subprocess.run(["git", "-C", str(source), "rev-parse", "--is-bare-repository", "--show-toplevel"],
+                               capture_output=True, text=True, timeout=60).stdout.splitlines()
+        if not where or (where[0] != "true" and (len(where) < 2 or Path(where[1]).resolve() != source.resolve())):
             raise BuildError(f"--repo {source} is not the top folder of a git repository")
     _git(dest.parent, "clone", "-q", "--mirror", str(source.resolve()), str(dest),
          what=f"--repo {source} is neither a git repository nor a git bundle")
@@ -149,9 +149,9 @@ def _build_error(e: Exception, install: str) -> BuildError:
     return BuildError(f"the install command {install!r} failed (exit {failed.group(1)}): {last}")
 
 
-def own_image(ctx: Path, name: str, base_image: str | None, install: str, replace: bool) -> str:
-    """Build the context's image as openclaw/swe-own-<name>; another build under that name is a
-    clash unless `replace` (the new build untags it)."""
+def own_image(ctx: Path, name: str, base_image: str | None, install: str, replace: bool) -> tuple[str, bool]:
+    """Build the context's image as openclaw/swe-own-<name>: (its tag, whether this call built
+    it). Another build under that name is a clash unless `replace` (the new build untags it)."""
     import docker
 
     from envs.sandbox import images
@@ -165,16 +165,12 @@ def own_image(ctx: Path, name: str, base_image: str | None, install: str, replac
         others = [t for img in client().images.list(name=tag.rpartition(":")[0]) for t in img.tags if t != tag]
         if others and not replace:
             raise BuildError(f"--name {name}: image {others[0]} exists from another build (pass --replace, or another --name)")
-        return images.build_image(ctx, base=base, name=IMAGE_PREFIX + name)
+        existed = images.image_exists(tag)
+        return images.build_image(ctx, base=base, name=IMAGE_PREFIX + name), not existed
     except images.ImageError as e:
         raise _build_error(e, install) from None
     except docker.errors.DockerException as e:
         raise BuildError(f"no Docker engine answers ({e})") from None
-
-
-def _ok(status: str | None) -> bool:
-    c = grading._harness().constants
-    return status in (c.TestStatus.PASSED.value, c.TestStatus.XFAIL.value)
 
 
 def _grade(record: dict[str, Any], patch: str, image: str) -> grading.Grade:
@@ -202,8 +198,9 @@ def derive_tests(record: dict[str, Any], patch: str, image: str) -> tuple[list[s
     after = _grade(probe, patch, image)
     if not after.patch_applied:
         raise BuildError("the gold patch does not apply at the base commit")
-    f2p = sorted(t for t, s in after.statuses.items() if _ok(s) and not _ok(before.statuses.get(t)))
-    p2p = sorted(t for t, s in after.statuses.items() if _ok(s) and _ok(before.statuses.get(t)))
+    fixed = [t for t in after.statuses if grading.passed(t, after.statuses)]
+    f2p = sorted(t for t in fixed if not grading.passed(t, before.statuses))
+    p2p = sorted(t for t in fixed if grading.passed(t, before.statuses))
     if not f2p:
         raise BuildError(f"no test fails before the fix and passes after it ({len(p2p)} pass both ways; with "
                          "`pip install .` rather than `-e` the tests do not see the source's changes)")
@@ -246,7 +243,7 @@ def make_instance(args: argparse.Namespace) -> dict[str, Any]:
         else:
             fix = _commit(where, args.fix, "--fix")
             _git(mirror, "cat-file", "-e", fix, what=f"--fix {args.fix} is not in the repository's history")
-            diff = _git(mirror, "diff", "--no-renames", base, fix, what="cannot diff the base commit and the fix")
+            diff = _git(mirror, "diff", "--no-renames", "--binary", base, fix, what="cannot diff the base commit and the fix")
         if not diff.strip():
             raise BuildError(f"the fix ({args.fix or args.patch}) changes nothing at the base commit")
         patch, test_patch = split_patch(diff)
@@ -257,7 +254,7 @@ def make_instance(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         ctx = Path(tmp) / "ctx"
         _context(ctx, mirror, base, args.install or "true", Path(args.wheels) if args.wheels else None)
-        image = own_image(ctx, args.name, args.base_image, args.install or "true", args.replace)
+        image, built = own_image(ctx, args.name, args.base_image, args.install or "true", args.replace)
         created = _git(mirror, "log", "-1", "--format=%cI", base, what="cannot read the base commit's date").strip()
     record = {
         "instance_id": args.name,
@@ -267,18 +264,26 @@ def make_instance(args: argparse.Namespace) -> dict[str, Any]:
         "test_patch": test_patch,
         "problem_statement": problem,
         "hints_text": "",
-        "created_at": created or datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "created_at": created,
         "version": "0",
         "environment_setup_commit": base,
         "image": image,
         "user": USER,
         "test_cmd": args.test_cmd,
     }
-    f2p, p2p = derive_tests(record, patch, image)
-    record.update(FAIL_TO_PASS=json.dumps(f2p), PASS_TO_PASS=json.dumps(p2p))
-    gold = _grade(record, patch, image)
-    if not gold.resolved:
-        raise BuildError(f"the gold patch does not resolve the finished instance (flaky tests?): {gold.summary().splitlines()[-1]}")
+    try:
+        f2p, p2p = derive_tests(record, patch, image)
+        record.update(FAIL_TO_PASS=json.dumps(f2p), PASS_TO_PASS=json.dumps(p2p))
+        gold = _grade(record, patch, image)
+        if not gold.resolved:
+            raise BuildError("the gold patch does not resolve the finished instance (flaky tests?): "
+                             + gold.summary().splitlines()[-1])
+    except BaseException:  # no instance: an image built for it would only block the next try's name
+        if built:
+            from envs.sandbox import images
+
+            images.remove_image(image)
+        raise
     print(f"{args.name}: {image} ({time.monotonic() - t0:.0f} s); FAIL_TO_PASS {len(f2p)}, PASS_TO_PASS {len(p2p)}; "
           "the gold patch resolves it", flush=True)
     return record
@@ -344,4 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from envs.sandbox import sweeper
+
+    sweeper.sigterm_as_sigint()  # SIGTERM stops a build or a grading run as Ctrl-C does, cleaning up
     raise SystemExit(main())

@@ -181,6 +181,11 @@ class Grade:
         return "\n".join(lines)
 
 
+def passed(test: str, statuses: dict[str, str]) -> bool:
+    """Whether `test` passed in a Grade's statuses, by swebench's own rule (PASSED or XFAIL)."""
+    return bool(_harness().grading.test_passed(test, statuses))
+
+
 def checkout_base(sb: Sandbox, base_commit: str, timeout: float = 60.0) -> None:
     """Put the work tree at base_commit, clean. Raises RuntimeError with git's words if it cannot."""
     r = sb.exec(f"git -c advice.detachedHead=false checkout -q -f {base_commit} && git clean -fdq",
