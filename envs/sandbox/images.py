@@ -74,6 +74,23 @@ def image_exists(tag: str, url: str | None = None) -> bool:
         raise ImageError(f"Docker engine error while looking up {tag}: {e}") from e
 
 
+def remove_image(tag: str, wait_s: float = 60.0, url: str | None = None) -> None:
+    """Remove image `tag` from engine `url` once no container of it is left (closed sandboxes
+    are removed in the background), waiting at most `wait_s`."""
+    c = client(url)
+    try:
+        image_id = c.images.get(tag).id
+    except docker.errors.ImageNotFound:
+        return
+    deadline = time.monotonic() + wait_s
+    while c.containers.list(all=True, filters={"ancestor": image_id}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        c.images.remove(image_id, force=True)
+    except docker.errors.DockerException as e:
+        raise ImageError(f"cannot remove {tag}: {e}") from e
+
+
 @contextlib.contextmanager
 def _build_lock(timeout_s: float = BUILD_TIMEOUT_S):
     """One build at a time on this host (two runs starting together build once)."""
@@ -295,6 +312,12 @@ def missing_line(image: str, dockerfile: str | os.PathLike) -> str:
             f"load it with `docker load -i FILE.tar` (FILE.tar from `docker save {image}` where it exists)")
 
 
+def layer_tag(context_dir: str | os.PathLike, name: str, base: str | None = None, *from_ids: str) -> str:
+    """The tag `build_image` gives the layer from `context_dir` on `base` (None: the base image);
+    `from_ids` ("image=id") for a Dockerfile whose FROM lines name images of their own."""
+    return f"{REPO}/{name}:{recipe_hash(context_dir, base or base_tag(), *from_ids)}"
+
+
 def build_image(context_dir: str | os.PathLike, base: str | None = None, name: str | None = None,
                 url: str | None = None, substitute: str | None = None, timeout: float = BUILD_TIMEOUT_S) -> str:
     """Build (or find) a layer from `context_dir` on engine `url` (None: the primary), with no
@@ -317,8 +340,7 @@ def build_image(context_dir: str | os.PathLike, base: str | None = None, name: s
     sub = ensure_image("base", url) if missing and substitute == "base" else substitute if missing else None
     if sub is not None and image_id(sub, url) is None:
         raise ImageError(f"the substitute base {sub} is not on this machine either")
-    extra = [f"{image}={found or sub}" for image, found in sorted(ids.items())]
-    tag = f"{REPO}/{name}:{recipe_hash(ctx, base or base_tag(), *extra)}"
+    tag = layer_tag(ctx, name, base, *(f"{image}={found or sub}" for image, found in sorted(ids.items())))
     if image_exists(tag, url):
         return tag
     with _build_lock():
@@ -409,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             for url in engine.live_hosts() if args.host else [None]:
                 print(f"base: {base_tag()} built={image_exists(base_tag(), url)}" + (f" on {engine.name(url)}" if url else ""))
                 for name in recipe_names():
-                    tag = f"{REPO}/{name}:{recipe_hash(RECIPES / name, base_tag())}"
+                    tag = layer_tag(RECIPES / name, name)
                     print(f"{name}: {tag} built={image_exists(tag, url)}")
     except (ImageError, docker.errors.DockerException) as e:
         print(f"[images] {e}", file=sys.stderr)

@@ -30,12 +30,13 @@ OWNER = "openclaw"
 WORKDIR = "/testbed"
 # pytest and what it imports, copied from this venv into each image (docker build has no network)
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
-DOCKERFILE = f"""ARG BASE
-FROM ${{BASE}}
-COPY vendor /opt/openclaw-pytest
+# The Dockerfile lines that put the vendored packages on the image's python3 path (own-repo
+# images, envs/swe/build.py, use them too).
+VENDOR_STEP = """COPY vendor /opt/openclaw-pytest
 RUN d=$(python3 -c "import site; print(site.getsitepackages()[0])") && mkdir -p "$d" \\
     && echo /opt/openclaw-pytest > "$d/openclaw-pytest.pth" && python3 -m pytest --version
-COPY repo /build/repo
+"""
+DOCKERFILE = "ARG BASE\nFROM ${BASE}\n" + VENDOR_STEP + f"""COPY repo /build/repo
 COPY history.py bugs.json /build/
 RUN python3 /build/history.py /build/repo /build/bugs.json {WORKDIR} && chown -R agent:agent {WORKDIR} \\
     && rm -rf /build
@@ -120,12 +121,13 @@ def is_bundled(record: dict[str, Any]) -> bool:
     return owner == OWNER and (BUGS / f"{name}.yaml").is_file()
 
 
-def _vendor_pytest(dest: Path) -> None:
+def vendor_packages(dest: Path, packages: tuple[str, ...] = PYTEST_PACKAGES) -> None:
+    """Copy `packages` (pure Python) with their metadata from this venv into folder `dest`."""
     dest.mkdir()
-    for mod in PYTEST_PACKAGES:
+    for mod in packages:
         spec = importlib.util.find_spec(mod)
         if spec is None or spec.origin is None:
-            raise RuntimeError(f"{mod} is not installed in this venv: the SWE images copy pytest from it")
+            raise RuntimeError(f"{mod} is not installed in this venv: the SWE images copy it from there")
         origin = Path(spec.origin)
         if origin.name == "__init__.py":
             shutil.copytree(origin.parent, dest / origin.parent.name,
@@ -152,9 +154,9 @@ def repo_image(name: str) -> str:
             shutil.copytree(REPOS / name, ctx / "repo", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
             shutil.copy2(history.__file__, ctx / "history.py")
             (ctx / "bugs.json").write_text(json.dumps(load_bugs(name)["bugs"], sort_keys=True))
-            _vendor_pytest(ctx / "vendor")
+            vendor_packages(ctx / "vendor")
             base = images.ensure_image("base")
-            expected = f"{images.REPO}/swe-{name}:{images.recipe_hash(ctx, base)}"
+            expected = images.layer_tag(ctx, f"swe-{name}", base)
             existed = images.image_exists(expected)
             tag = images.build_image(ctx, base=base, name=f"swe-{name}")
             if not existed:

@@ -99,6 +99,12 @@ def test_files(record: dict[str, Any]) -> list[str]:
     return files
 
 
+def is_test_infra(path: str) -> bool:
+    """Whether a path is a test file or test infrastructure by its name alone (see the module
+    docstring); grading puts such files back to base_commit whatever the patch did to them."""
+    return bool(_TEST_INFRA.search(path))
+
+
 def heredoc(path: str, text: str) -> str:
     """A shell line that writes `text` to `path` exactly."""
     tag = "EOF_OPENCLAW"
@@ -152,6 +158,7 @@ class Grade:
     report: dict[str, Any]  # swebench's per-instance report (with tests_status when the tests ran)
     log: str  # the eval log (apply output, test output, markers)
     reverted: list[str] = dataclasses.field(default_factory=list)  # test infrastructure put back to base
+    statuses: dict[str, str] = dataclasses.field(default_factory=dict)  # every test the log parser saw -> its status
 
     def summary(self) -> str:
         if not self.patch_applied:
@@ -172,6 +179,11 @@ class Grade:
                 ok, bad = len(status[key]["success"]), len(status[key]["failure"])
                 lines.append(f"{key}: {ok} passed, {bad} failed" + (f" ({', '.join(status[key]['failure'][:5])})" if bad else ""))
         return "\n".join(lines)
+
+
+def passed(test: str, statuses: dict[str, str]) -> bool:
+    """Whether `test` passed in a Grade's statuses, by swebench's own rule (PASSED or XFAIL)."""
+    return bool(_harness().grading.test_passed(test, statuses))
 
 
 def checkout_base(sb: Sandbox, base_commit: str, timeout: float = 60.0) -> None:
@@ -195,7 +207,7 @@ def restore_test_infra(sb: Sandbox, record: dict[str, Any]) -> list[str]:
     base = str(record["base_commit"])
     changed = [p for p in _git(sb, f"git add -A && git diff --cached --no-renames --name-only -z {base}").split("\0") if p]
     named = set(test_files(record))
-    infra = [p for p in changed if p in named or _TEST_INFRA.search(p)]
+    infra = [p for p in changed if p in named or is_test_infra(p)]
     for p in (p for p in changed if _SETTINGS_FILE.search(p)):
         q = bash_quote(p)
         sides = sb.exec(f"git show {base}:{q}; cat -- {q}", timeout=30, max_output=1 << 20, workdir=WORKDIR).stdout
@@ -244,7 +256,8 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: 
     try:
         prediction = {"instance_id": spec.instance_id, "model_name_or_path": "openclaw", "model_patch": patch}
         report = h.grading.get_eval_report(spec, prediction, path, include_tests_status=True)[spec.instance_id]
+        statuses = h.grading.get_logs_eval(spec, path)[0]
     finally:
         os.unlink(path)
     return Grade(resolved=bool(report.get("resolved")), patch_applied=applied, timed_out=timed_out,
-                 report=report, log=text, reverted=reverted)
+                 report=report, log=text, reverted=reverted, statuses=statuses)
