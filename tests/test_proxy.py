@@ -22,7 +22,7 @@ from agent.policy.engine import Request as EngineRequest
 from agent.policy.models import save_model, tiny_model
 from agent.policy.server import serve
 from agent.proxy import Proxy
-from agent.proxy_openai import assistant_message, stream_events, template_messages
+from agent.proxy.openai_compat import assistant_message, stream_events, template_messages
 from agent.turn import Turn
 from envs.tool_calls import function_schema
 
@@ -467,17 +467,24 @@ def test_secrets_and_personal_data_never_reach_the_records_or_the_loss(tmp_path)
 def test_an_unencodable_field_or_a_failing_session_never_loses_turns(tmp_path, caplog):
     """The faults: content JSON/UTF-8 cannot hold used to make TurnSink.put raise, which dropped
     the turn and killed the TTL sweeper, so later sessions never expired."""
-    from agent.proxy_sessions import SessionBook, TurnSink
+    from agent.policy.base import GenerateResult
+    from agent.proxy.sessions import Prompt, Reply, SessionBook
+    from agent.proxy.sink import TurnSink
 
     sink = TurnSink(tmp_path)
     book = SessionBook(sink, ttl_s=1.0)
     cyclic: dict = {}
     cyclic["self"] = cyclic
-    for sid, text, meta in (("bad", "a\ud800b", {"odd": {1, 2}, "cyclic": cyclic}), ("good", "fine", {})):
-        s = book.get(sid)
-        book.add(s, Turn(episode_id=s.episode_id, task_id="live", group_id="g", step_index=0, policy_version=0,
-                         prompt_ids=[1], response_ids=[2], rollout_logprobs=[-0.1], action=text, next_state=None,
-                         status="ok", messages=[{"role": "user", "content": text}], meta={"session_id": sid, **meta}))
+
+    async def serve_both() -> None:
+        for sid, text, odd in (("bad", "a\ud800b", {"odd": {1, 2}, "cyclic": cyclic}), ("good", "fine", {})):
+            async def sample(text: str = text) -> Reply:
+                return Reply(GenerateResult(output_ids=[2], logprobs=[-0.1], finish_reason="stop"), text, text, [], 0.0)
+
+            prompt = Prompt([1], [{"role": "user", "content": text, **odd}], [], "tiny")
+            await book.main_turn(book.get(sid), prompt, record=True, done=False, sample=sample)
+
+    asyncio.run(serve_both())
     assert book.expire(now=time.monotonic() + 10) == 2 and not book.sessions
     sink.close()
     lines = (tmp_path / "turns-v0.jsonl").read_bytes().decode("utf-8").splitlines()  # valid UTF-8 throughout

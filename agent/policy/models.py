@@ -90,6 +90,13 @@ def load_model(name_or_path: str, dtype: str = "auto", seed: int = 0,
     return model.to(device).eval(), tok
 
 
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of `tiny`, `smollm2` or a local HF folder, without loading the model."""
+    if name == "tiny":
+        return byte_tokenizer()
+    return AutoTokenizer.from_pretrained(smollm2_dir() if name == "smollm2" else name)
+
+
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> None:
     """Write model (safetensors) + tokenizer to `path`: what `load_model` and the engine's weight update read."""
     Path(path).mkdir(parents=True, exist_ok=True)
