@@ -20,9 +20,11 @@ every API call about it goes there: a container id means nothing on another engi
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
 Containers run with no network, the image's non-root user `agent`, an init, every capability
 dropped (root's execs keep VERIFIER_CAPS where a verifier will run), no-new-privileges, and the
-memory / pids / CPU limits of `Limits`; `disk_mb` binds as
-a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as
-a per-file size limit plus diskwatch.py's watchdog, which stops a container past its cap.
+memory / pids / CPU limits of `Limits`; the shell and the verifier start under seccomp.py's
+filter, on top of the engine's profile (no fallocate: disk is used only by writing it). `disk_mb`
+binds as a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota),
+elsewhere as a per-file size limit plus diskwatch.py's watchdog, which stops a container past
+its cap.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from typing import Any, Callable
 import docker
 import requests
 
-from envs.sandbox import diskwatch, verifier
+from envs.sandbox import diskwatch, seccomp, verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
@@ -50,6 +52,7 @@ from envs.sandbox.shell import (
 )
 
 DEFAULT_USER = "agent"
+PYTHON = "/usr/bin/python3"  # every sandbox image has it: the kill helper, the verifier and seccomp.py run on it
 # Root's capabilities in a container a verifier will run in (open_sandbox(verifier=True)): kill
 # the agent's processes, read what it made private. Other containers keep none.
 VERIFIER_CAPS = ("KILL", *verifier.CAPS)
@@ -207,7 +210,7 @@ class DockerSandbox:
         """Open the exec connection and start bash (learning its pid, uid and gid)."""
         try:
             self._exec_id = self._api.exec_create(
-                self.id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+                self.id, [*seccomp.prefix(PYTHON), "bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
                 tty=False, user=self.user, workdir=None if self._make_workdir else self.workdir,
             )["Id"]
             raw = self._api.exec_start(self._exec_id, socket=True)
@@ -292,7 +295,7 @@ class DockerSandbox:
         t0 = self._cmd_t0
         try:
             ex = self._api.exec_create(
-                self.id, ["python3", "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
+                self.id, [PYTHON, "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
                           str(KILL_LINGER_S)],
                 user=self.user, stdout=True, stderr=True,
             )["Id"]
@@ -561,7 +564,7 @@ class DockerSandbox:
             if self._uid == 0:
                 raise SandboxError("the verifier needs the agent to be a user other than root")
             self._close_shell()
-            _, out = self._root_exec(["/usr/bin/python3", "-c", verifier.SEAL_PY, str(self._uid)])
+            _, out = self._root_exec([PYTHON, "-c", verifier.SEAL_PY, str(self._uid)])
             try:
                 processes = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
@@ -574,7 +577,7 @@ class DockerSandbox:
             changed, tampered = verifier.outside(diff, [*writable, self.workdir, *ENGINE_FILES])
             self._root_exec(["/bin/rm", "-rf", "--", verifier.TESTS_DIR, verifier.LOGS_DIR])
             self._put("/", self._root_tar(tests_dir, processes))
-            rc, log = self._root_exec(verifier.command(script, workdir, timeout))
+            rc, log = self._root_exec([*seccomp.prefix(PYTHON), *verifier.command(script, workdir, timeout)])
             try:  # nothing the tests started may touch the reward once they are done
                 self._api.kill(self.id)
                 self._api.wait(self.id, timeout=30)
