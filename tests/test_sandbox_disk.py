@@ -159,6 +159,18 @@ def test_docker_many_files_past_the_cap_stop_the_sandbox():
 
 @pytest.mark.docker
 @pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_docker_empty_files_count_against_the_cap():
+    """Each file is charged a block at least: empty files cannot use up the host's inodes."""
+    sb = _open("docker", Limits(memory_mb=1024, disk_mb=16, pids=64))
+    try:
+        with pytest.raises(SandboxLimitError, match="wrote past its disk cap"):  # 16 MB is 4096 blocks
+            sb.exec("python3 -c 'import os\nfor i in range(100000): os.mknod(f\"/tmp/e{i}\")'; sleep 30", timeout=60)
+    finally:
+        sb.close()
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
 def test_a_terminal_episode_past_the_disk_cap_is_the_agents_failure():
     from envs.terminal.env import TerminalEnv
     from envs.tool_calls import render_tool_call

@@ -1,16 +1,19 @@
 """Disk caps for Docker sandboxes where the engine's storage cannot enforce them (overlay2 on ext4).
 
-`Limits.disk_mb` binds through `storage_opt` only on xfs with project quotas. Elsewhere two
-things hold it: the kernel's RLIMIT_FSIZE (docker.py sets it to the cap) refuses to grow any one
-file past the cap at once, and this watchdog sums the disk blocks of each local container's
-writable layer every POLL_S and kills a container past its cap, recording why (`reason`), so the
-sandbox's next error says "wrote past its disk cap" instead of a bare stop. Overshoot is bounded
-by what a sandbox writes in POLL_S across several files, each under the cap.
+`Limits.disk_mb` binds through `storage_opt` only on xfs with project quotas. Elsewhere three
+things hold it: seccomp.py's filter refuses fallocate(2), so a sandbox takes disk only by writing
+it, at the speed of writing; the kernel's RLIMIT_FSIZE (docker.py sets it to the cap) refuses to
+grow any one file past the cap; and this watchdog sums the disk blocks of each local container's
+writable layer (each entry at least one block, so empty files count) every POLL_S and kills a
+container past its cap, recording why (`reason`), so the sandbox's next error says "wrote past
+its disk cap" instead of a bare stop. Overshoot is what a sandbox writes, over any number of
+files and writers, in POLL_S plus one sum: 50 to 300 MB on the reference host
+(docs/threat_model.md).
 
 Why a watchdog: an xfs data root would mean moving and restarting a shared Docker engine;
 tmpfs writable dirs would charge files to RAM and hide what the image put there; a loop-mounted
 image per sandbox needs the same copy-up. Only the local engine's layers are readable here: a
-remote engine's containers get the per-file cap alone.
+remote engine's containers get the per-file cap (and the seccomp filter) alone.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import threading
 from typing import Callable
 
 POLL_S = 0.25
+_BLOCK = 4096
 
 _lock = threading.Lock()
 _watched: dict[str, tuple[str, int, Callable[[], None]]] = {}  # container id -> (upper dir, cap bytes, kill)
@@ -27,7 +31,9 @@ _thread: threading.Thread | None = None
 
 
 def usage(path: str) -> int:
-    """Bytes of disk the files under `path` hold (allocated blocks: a sparse file counts what it uses)."""
+    """Bytes of disk the files under `path` hold (allocated blocks: a sparse file counts what it
+    uses), each entry at least one block: an inode is disk too, and empty files would otherwise
+    use up the host's inodes unseen."""
     total = 0
     stack = [path]
     while stack:
@@ -38,7 +44,7 @@ def usage(path: str) -> int:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    total += st.st_blocks * 512
+                    total += max(st.st_blocks * 512, _BLOCK)
                     if e.is_dir(follow_symlinks=False):
                         stack.append(e.path)
         except OSError:
