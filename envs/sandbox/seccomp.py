@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import platform
 import signal
 import struct
 import sys
@@ -66,7 +67,7 @@ PROGRAM = _assemble(_LINES)
 
 def install() -> None:
     """Put this process (and what it starts) under the filter."""
-    if os.uname().machine != "x86_64":
+    if platform.machine() != "x86_64":
         return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4  # a pointer must not be cut to an int
@@ -87,9 +88,8 @@ def _source() -> str:
 
 def prefix(python: str) -> list[str]:
     """argv prefix that runs the rest of argv under the filter with interpreter `python` (this
-    module's text goes along, so it also works in a container that lacks this repository; -I -S:
-    nothing from the environment or site-packages, and a faster start)."""
-    return [python, "-I", "-S", "-c", _source()]
+    module's text goes along, so it also works in a container that lacks this repository)."""
+    return [python, "-c", _source()]
 
 
 if __name__ == "__main__":
