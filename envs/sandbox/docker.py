@@ -20,13 +20,14 @@ every API call about it goes there: a container id means nothing on another engi
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
 Containers run with no network, every capability dropped (root's execs keep VERIFIER_CAPS where a
 verifier will run and the agent is another user; ROOT_CAPS where the agent is root), no-new-privileges,
-and the memory / pids / CPU limits of `Limits`. The agent is the user the caller names (default the
-non-root `agent`; terminal tasks: the image's USER, root when it names none). The container's pid 1
-is a `sleep` that ignores SIGCHLD (so the kernel reaps what is orphaned under it) and has no
-signal handler, so no process inside can signal it, root included: an agent cannot take its
-sandbox down. `disk_mb` binds as
-a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as
-a per-file size limit plus diskwatch.py's watchdog, which stops a container past its cap.
+and the memory / pids / CPU limits of `Limits`; the shell and the verifier start under seccomp.py's
+filter, on top of the engine's profile (no fallocate: disk is used only by writing it). The agent is
+the user the caller names (default the non-root `agent`; terminal tasks: the image's USER, root when
+it names none). The container's pid 1 is a `sleep` that ignores SIGCHLD (so the kernel reaps what
+is orphaned under it) and has no signal handler, so no process inside can signal it, root
+included: an agent cannot take its sandbox down. `disk_mb` binds as a storage quota where the
+engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as a per-file size limit plus
+diskwatch.py's watchdog, which stops a container past its cap.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from typing import Any, Callable
 import docker
 import requests
 
-from envs.sandbox import diskwatch, verifier
+from envs.sandbox import diskwatch, seccomp, verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
@@ -54,6 +55,7 @@ from envs.sandbox.shell import (
 )
 
 DEFAULT_USER = "agent"
+PYTHON = "/usr/bin/python3"  # every sandbox image has it: the kill helper, the verifier and seccomp.py run on it
 # Root's capabilities in a container a verifier will run in (open_sandbox(verifier=True)): kill
 # the agent's processes, read what it made private. Other containers keep none.
 VERIFIER_CAPS = ("KILL", *verifier.CAPS)
@@ -215,7 +217,7 @@ class DockerSandbox:
         """Open the exec connection and start bash (learning its pid, uid and gid)."""
         try:
             self._exec_id = self._api.exec_create(
-                self.id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+                self.id, [*seccomp.prefix(PYTHON), "bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
                 tty=False, user=self.user, workdir=None if self._make_workdir else self.workdir,
             )["Id"]
             raw = self._api.exec_start(self._exec_id, socket=True)
@@ -300,7 +302,7 @@ class DockerSandbox:
         t0 = self._cmd_t0
         try:
             ex = self._api.exec_create(
-                self.id, ["python3", "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
+                self.id, [PYTHON, "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
                           str(KILL_LINGER_S)],
                 user=self.user, stdout=True, stderr=True,
             )["Id"]
@@ -574,7 +576,7 @@ class DockerSandbox:
             if self._closed:
                 raise SandboxError("sandbox is closed")
             self._close_shell()
-            _, out = self._root_exec(["/usr/bin/env", "-i", f"PATH={verifier.PATH}", "python3", "-c", verifier.SEAL_PY, str(self._uid)])
+            _, out = self._root_exec(["/usr/bin/env", "-i", f"PATH={verifier.PATH}", PYTHON, "-c", verifier.SEAL_PY, str(self._uid)])
             try:
                 processes = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
@@ -595,7 +597,7 @@ class DockerSandbox:
             self._put("/", self._root_tar(tests_dir, processes or []))
             if self._exists(verifier.REWARD_FILE):  # the engine's word, not the image's rm: left by the agent
                 tampered.append(f"A {verifier.REWARD_FILE}")
-            rc, log = self._root_exec(verifier.command(script, workdir, timeout))
+            rc, log = self._root_exec([*seccomp.prefix(PYTHON), *verifier.command(script, workdir, timeout)])
             try:  # nothing the tests started may touch the reward once they are done
                 self._api.kill(self.id)
                 self._api.wait(self.id, timeout=30)
