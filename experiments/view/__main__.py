@@ -33,7 +33,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, help="folder for the site (new, empty, or a previous site: rewritten)")
     ap.add_argument("--serve", type=int, metavar="PORT", help="then serve it on 127.0.0.1:PORT (0: any free port)")
     args = ap.parse_args(argv)
-    sigterm_as_sigint()
     try:
         index = build(args.run_dirs, args.out)
     except ViewError as e:
@@ -46,4 +45,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    sigterm_as_sigint()  # SIGTERM stops the build or the server as Ctrl-C does
     main()

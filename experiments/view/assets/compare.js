@@ -2,15 +2,22 @@
 (function () {
   "use strict";
   const pair = document.getElementById("pair");
-  const m = /^#(r\d+\/e\d+\.html)\|(r\d+\/e\d+\.html)$/.exec(location.hash);
-  if (!m) {
-    pair.textContent = "Open this page from the index's side-by-side column.";
-    return;
+
+  function render() {
+    pair.textContent = "";
+    const m = /^#(r\d+\/e\d+\.html)\|(r\d+\/e\d+\.html)$/.exec(location.hash);
+    if (!m) {
+      pair.textContent = "Open this page from the index's side-by-side column.";
+      return;
+    }
+    for (const src of [m[1], m[2]]) {
+      const frame = document.createElement("iframe");
+      frame.src = src;
+      frame.title = src;
+      pair.appendChild(frame);
+    }
   }
-  for (const src of [m[1], m[2]]) {
-    const frame = document.createElement("iframe");
-    frame.src = src;
-    frame.title = src;
-    pair.appendChild(frame);
-  }
+
+  window.addEventListener("hashchange", render);
+  render();
 })();
