@@ -142,7 +142,7 @@ def test_serve_answers_on_localhost_and_stops_on_sigterm(site, tmp_path):
         with urllib.request.urlopen(url + "r0/e0.html", timeout=30) as r:
             assert b"fix-imports" in r.read()
         p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=30) == 0 and p.stdout.read().strip() == "stopped"
+        assert p.wait(timeout=120) == 0 and p.stdout.read().strip() == "stopped"
     finally:
         if p.poll() is None:
             p.kill()
