@@ -60,7 +60,7 @@ def headers(session: str | None, turn_type: str | None = None, done: bool = Fals
     return h
 
 
-async def collect(proxy: Proxy, n: int, prefix: str, timeout_s: float = 60.0) -> list[Turn]:
+async def collect(proxy: Proxy, n: int, prefix: str, timeout_s: float = 180.0) -> list[Turn]:
     """The next n finished turns of sessions whose id starts with `prefix` (others are skipped)."""
     got: list[Turn] = []
 
@@ -340,7 +340,7 @@ def test_a_50mb_body_is_refused_at_once_and_the_proxy_serves_on(stack):
     for r in (resp, chunked):
         assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
         assert "limit" in r.json()["error"]["message"]
-    assert sized < 1.0 and streamed < 1.0, (sized, streamed)
+    assert sized < 10.0 and streamed < 10.0, (sized, streamed)  # the attack took 87 s; the bound leaves room for a busy machine
     ok = raw_chat(proxy, json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}))
     assert ok.status_code == 200 and ok.json()["object"] == "chat.completion"
 
@@ -580,7 +580,7 @@ def test_command_line_proxy_records_and_closes_pending_on_stop(stack, tmp_path):
         assert resp.status_code == 200 and "proxy;dur=" in resp.headers["server-timing"]
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        proc.wait(90)
     assert proc.returncode == 0 and "proxy stopped (interrupted)" in proc.stdout.read()
     files = [f for f in os.listdir(tmp_path) if f.startswith("turns-v")]
     rec, = [json.loads(line) for f in files for line in (tmp_path / f).read_text().splitlines()]
