@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import gymnasium
 import pytest
@@ -23,7 +24,7 @@ def _record(iid: str) -> dict:
 
 def _grade(iid: str, patch: str, **overrides) -> grading.Grade:
     rec = {**_record(iid), **overrides}
-    image = bundled.repo_image(rec["repo"].split("/")[1])
+    image = bundled.instance_image(rec)
     with open_sandbox("docker", image, Limits(), workdir=grading.WORKDIR, pool_size=1) as sb:
         return grading.grade(sb, rec, patch, image)
 
@@ -191,6 +192,31 @@ def test_real_fix_with_harmless_test_changes_is_still_resolved():
     assert g.reverted == ["pytest.ini", "tests/conftest.py"]
 
 
+# ---- the images hold nothing after the base commit ----------------------------------------------
+@pytest.mark.parametrize("name", bundled.repo_names())
+def test_image_holds_no_history_after_the_base(name):
+    """The agent cannot reach the fix through git: one commit (the base, without parents), one
+    branch, no tag, stash or reflog entry past it, no object the base does not reach, and
+    neither the fixed file nor the bug's tests as a blob (their content is the finished library's)."""
+    bug = bundled.load_bugs(name)["bugs"][-1]
+    rec = _record(f"{bundled.OWNER}__{name}-{bug['id']}")
+    base = rec["base_commit"]
+    finished = [bundled.REPOS / name / f for f in (bug["file"], *bug["tests"])]
+    blobs = [subprocess.run(["git", "hash-object", str(f)], capture_output=True, text=True, check=True).stdout.strip()
+             for f in finished]
+    script = ("git rev-list --all --reflog; echo ==; git for-each-ref --format='%(refname)'; git stash list; echo ==; "
+              "git cat-file --batch-all-objects --batch-check='%(objectname)' | sort; echo ==; "
+              f"git rev-list --objects {base} | cut -d' ' -f1 | sort; echo ==; "
+              + "".join(f"git cat-file -e {b} 2>/dev/null && echo {b}; " for b in blobs) + "true")
+    with open_sandbox("docker", bundled.instance_image(rec), Limits(), workdir=grading.WORKDIR, user="agent", pool_size=0) as sb:
+        r = sb.exec(script, timeout=60, workdir=grading.WORKDIR, max_output=1 << 20)
+    assert r.ok, r.stdout + r.stderr
+    commits, refs, objects, reachable, found = (part.split() for part in r.stdout.split("==\n"))
+    assert commits == [base] and refs == ["refs/heads/main"]
+    assert objects == reachable and len(objects) > 3
+    assert found == [], f"the finished library's {[str(f) for f, b in zip(finished, blobs) if b in found]} is in the image"
+
+
 def test_pytest_counts():
     assert pytest_counts("...\n===== 2 failed, 5 passed in 0.12s =====\n") == {"passed": 5, "failed": 2}
     assert pytest_counts("7 passed, 1 error in 3.00s") == {"passed": 7, "failed": 1}
@@ -214,6 +240,6 @@ def test_32_concurrent_episodes_share_images_and_leave_nothing():
     builds_before = len(bundled.builds)
     seconds, episodes, resolved, images = run_oracle_episodes(32, 1, ids)
     assert episodes == 32 and resolved == 32
-    assert len(images) == len({r["repo"] for r in bundled.instances()})  # one image per repository
-    assert len(bundled.builds) - builds_before <= len(images)  # never one per instance
+    assert len(images) == len(set(ids))  # one image per instance (on one shared pytest layer)
+    assert len(bundled.builds) - builds_before <= len(images) + 1  # each built once at most
     assert containers_left() == 0
