@@ -9,6 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from envs.sandbox import Limits, open_sandbox
+from envs.sandbox.shell import bash_quote
 from envs.swe import bundled, grading
 from envs.swe.env import SWEEnv, pytest_counts
 from envs.tool_calls import render_tool_call
@@ -190,6 +191,43 @@ def test_real_fix_with_harmless_test_changes_is_still_resolved():
     g = _grade(iid, _record(iid)["patch"] + harmless)
     assert g.resolved, g.log[-2000:]
     assert g.reverted == ["pytest.ini", "tests/conftest.py"]
+
+
+# ---- grading runs the real test runner, not a module the patch put in its place -----------------
+# Prints a PASSED line for every test function of the test files pytest was given, and exits 0.
+FAKE_RUNNER = """import ast, os, sys
+for f in sys.argv[1:]:
+    if f.endswith(".py") and os.path.isfile(f):
+        for n in ast.parse(open(f).read()).body:
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test"):
+                print(f"PASSED {f}::{n.name}")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("path", ["pytest.py", "argparse.py"])  # pytest itself; a stdlib module it imports
+def test_module_shadowing_the_test_runner_is_reverted(path):
+    g = _grade(FAST[0], _new_file(path, FAKE_RUNNER))
+    assert not g.resolved and g.report["tests_status"]["FAIL_TO_PASS"]["failure"], g.log[-2000:]
+    assert g.reverted == [path]
+
+
+def test_working_directory_is_not_first_on_sys_path():
+    """The layer under the revert: run as the eval script is, python3 in /testbed imports pytest
+    and the stdlib from their own places even where /testbed has modules of those names, and
+    still finds the repository's package in /testbed."""
+    rec = _record(FAST[0])
+    image = bundled.instance_image(rec)
+    probe = "import argparse, pytest, datekit; print(argparse.__file__, pytest.__file__, datekit.__file__)"
+    with open_sandbox("docker", image, Limits(), workdir=grading.WORKDIR, user="agent", pool_size=0) as sb:
+        sb.write_file(f"{grading.WORKDIR}/pytest.py", FAKE_RUNNER)
+        sb.write_file(f"{grading.WORKDIR}/argparse.py", FAKE_RUNNER)
+        r = sb.exec(f"{grading.CLEAN_ENV} python3 -c {bash_quote(probe)}", timeout=60, workdir=grading.WORKDIR)
+    assert r.ok, r.stdout + r.stderr
+    argparse_file, pytest_file, datekit_file = r.stdout.split()
+    assert argparse_file.startswith("/usr/lib/python3") and pytest_file.startswith("/opt/openclaw-pytest/")
+    assert datekit_file == f"{grading.WORKDIR}/datekit/__init__.py"
 
 
 # ---- the images hold nothing after the base commit ----------------------------------------------

@@ -32,10 +32,12 @@ WORKDIR = "/testbed"
 # pytest and what it imports, copied from this venv into the images (docker build has no network)
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
 # The Dockerfile lines that put the vendored packages on the image's python3 path (own-repo
-# images, envs/swe/build.py, use them too).
-VENDOR_STEP = """COPY vendor /opt/openclaw-pytest
+# images, envs/swe/build.py, use them too), and /testbed after them: the tests import the
+# repository's own package from there, while the eval script keeps the working directory off
+# sys.path (grading.CLEAN_ENV), so nothing in /testbed shadows the stdlib or the test runner.
+VENDOR_STEP = f"""COPY vendor /opt/openclaw-pytest
 RUN d=$(python3 -c "import site; print(site.getsitepackages()[0])") && mkdir -p "$d" \\
-    && echo /opt/openclaw-pytest > "$d/openclaw-pytest.pth" && python3 -m pytest --version
+    && printf '/opt/openclaw-pytest\\n{WORKDIR}\\n' > "$d/openclaw-pytest.pth" && python3 -m pytest --version
 """
 # the layer every instance's image starts from; an instance's own adds only its repository
 TOOLS_DOCKERFILE = "ARG BASE\nFROM ${BASE}\n" + VENDOR_STEP + f"ENV PYTHONDONTWRITEBYTECODE=1\nWORKDIR {WORKDIR}\n"
