@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.swe import bundled, grading
+from envs.swe import bundled, grading, snapshot
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-IMAGE_PREFIX = "swe-own-"  # openclaw/swe-own-<name>: apart from the bundled swe-<library> images
+IMAGE_PREFIX = "swe-own-"  # openclaw/swe-own-<name>: apart from the bundled swe-<library>-<bug> images
 USER = "agent"
 TOOL_PACKAGES = bundled.PYTEST_PACKAGES + ("pip", "setuptools", "_distutils_hack")
 WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
@@ -56,8 +56,7 @@ RUN for p in pip pip3; do command -v $p || {{ printf '#!/bin/sh\\nexec python3 -
     && chmod 755 /usr/local/bin/$p; }}; done && python3 -m pip --version \\
     && {{ id -u {USER} || useradd --create-home --uid 1000 --shell /bin/bash {USER}; }}
 COPY repo.bundle install.sh /build/
-RUN git init -q -b main {grading.WORKDIR} && git -C {grading.WORKDIR} fetch -q /build/repo.bundle refs/openclaw/base \\
-    && git -C {grading.WORKDIR} reset -q --hard FETCH_HEAD
+RUN {snapshot.unpack_step("/build/repo.bundle", grading.WORKDIR)}
 WORKDIR {grading.WORKDIR}
 RUN bash -e /build/install.sh > /build/install.log 2>&1 \\
     || {{ rc=$?; tail -n 20 /build/install.log; echo "{INSTALL_FAILED}: exit $rc"; exit 1; }}
@@ -127,9 +126,10 @@ def _context(ctx: Path, mirror: Path, base: str, install: str, wheels: Path | No
             if w.is_file() and w.name.endswith(WHEEL_SUFFIXES):
                 shutil.copy2(w, ctx / "wheels" / w.name)
     # only the history up to base: nothing later (the fix above all) is in the image
-    _git(mirror, "update-ref", "refs/openclaw/base", base, what="cannot mark the base commit")
-    _git(mirror, "bundle", "create", "-q", str(ctx / "repo.bundle"), "refs/openclaw/base",
-         what="cannot bundle the history up to the base commit")
+    try:
+        snapshot.bundle(mirror, base, ctx / "repo.bundle")
+    except RuntimeError as e:
+        raise BuildError(f"cannot bundle the history up to the base commit (git: {e})") from None
 
 
 def _build_error(e: Exception, install: str) -> BuildError:

@@ -68,7 +68,10 @@ def resolve_image(record: dict[str, Any]) -> str:
     """The image the record runs in, found on any configured Docker engine (the sandbox then
     goes where it is). Raises InstanceError naming what was looked for."""
     if bundled.is_bundled(record) and not any(record.get(k) for k in IMAGE_FIELDS):
-        return bundled.repo_image(str(record["repo"]).split("/", 1)[1])
+        try:
+            return bundled.instance_image(record)
+        except KeyError as e:
+            raise InstanceError(e.args[0]) from None
     from envs.sandbox import placement
 
     tried = image_candidates(record)

@@ -7,7 +7,7 @@ say() { printf '[setup swe] %s\n' "$*"; }
 py=.venv/bin/python
 [ -x "$py" ] || { say "no .venv: skipped"; exit 0; }
 if docker info >/dev/null 2>&1; then
-  "$py" -c 'from envs.swe import bundled; print(*(bundled.repo_image(n) for n in bundled.repo_names()))'
+  "$py" -c 'from envs.swe import bundled; print(*(t for n in bundled.repo_names() for t in bundled.repo_images(n).values()))'
 else
   say "no Docker engine: the SWE images are built on first use"
 fi
