@@ -131,6 +131,27 @@ def test_sweep_spares_live_runs_and_honours_deadlines(image):
     assert _wait_gone(run, 5) == []
 
 
+def test_a_create_whose_answer_times_out_leaves_no_container(image, monkeypatch):
+    import docker
+    import requests
+
+    from envs.sandbox import sweeper
+    from envs.sandbox.docker import create_container
+    from envs.sandbox.protocol import SandboxError
+
+    real = docker.api.client.APIClient.create_container
+
+    def late(self, *args, **kwargs):  # the engine makes it; the answer comes after the client gave up
+        real(self, *args, **kwargs)
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    monkeypatch.setattr(docker.api.client.APIClient, "create_container", late)
+    labels = {**sweeper.labels(), sweeper.L_RUN: "late-answer-run"}
+    with pytest.raises(SandboxError, match="docker create failed"):
+        create_container(image, SMALL, labels)
+    assert _containers("late-answer-run") == []
+
+
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_128_sandboxes_at_once(image):

@@ -105,6 +105,7 @@ while quiet < 3 and time.monotonic() < end:
     time.sleep(0.01)
 """
 KILL_LINGER_S = 1.0
+L_SLOT = "openclaw.slot"  # a label unique to one creation: finds a container whose create timed out
 
 
 def _boot_ticks() -> int:
@@ -124,6 +125,7 @@ def create_container(
     primary); returns its id."""
     url = primary() if url is None else url
     api = client(url).api
+    labels = {**labels, L_SLOT: secrets.token_hex(8)}  # names this creation alone
     if url not in _disk_quota:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
         try:
             _disk_quota[url] = "'xfs'" in str(client(url).info().get("DriverStatus", "")).lower()
@@ -162,6 +164,8 @@ def create_container(
                 continue
             raise SandboxError(f"docker create failed: {e}") from e
         except API_ERRORS as e:
+            # The engine may have made it after the client gave up waiting: the slot label finds it.
+            _remove_quietly([c["Id"] for c in _by_label(api, L_SLOT, labels[L_SLOT])], url)
             raise SandboxError(f"docker create failed: {e}") from e
     try:
         api.start(cid)
@@ -169,9 +173,24 @@ def create_container(
             upper = api.inspect_container(cid).get("GraphDriver", {}).get("Data", {}).get("UpperDir", "")
             diskwatch.watch(cid, upper, limits.disk_mb, lambda: api.kill(cid))
     except API_ERRORS as e:
-        remove_container(cid, url)
+        _remove_quietly([cid], url)
         raise SandboxError(f"docker start failed: {e}") from e
     return cid
+
+
+def _by_label(api: Any, key: str, value: str) -> list[dict[str, Any]]:
+    try:
+        return api.containers(all=True, filters={"label": f"{key}={value}"})
+    except API_ERRORS:
+        return []  # still labelled with this run: the pool shutdown or the exit cleanup removes it
+
+
+def _remove_quietly(ids: list[str], url: str) -> None:
+    for cid in ids:
+        try:
+            remove_container(cid, url)
+        except API_ERRORS:
+            pass  # still labelled with this run: the pool shutdown or the exit cleanup removes it
 
 
 def remove_container(cid: str, url: str | None = None) -> None:
