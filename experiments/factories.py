@@ -26,7 +26,8 @@ from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merge
 from learner.judges import LLMJudge, RulesJudge
 from learner.loop import Evaluator, LoopConfig
 from learner.runlog import RunLog
-from learner.scorer import MODE_SIGNALS, NextStateScorer
+from learner.modes import Mode, mode as mode_of
+from learner.scorer import NextStateScorer
 from learner.training import Training
 
 
@@ -60,6 +61,14 @@ def loop_config(cfg: DictConfig) -> LoopConfig:
     count(cfg, "n_envs")
     return LoopConfig(steps=count(cfg, "steps"), tasks_per_step=count(cfg, "tasks_per_step"),
                       group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env))
+
+
+def run_mode(cfg: DictConfig) -> Mode:
+    """The registry's entry (learner/modes.py) for `mode.name`."""
+    try:
+        return mode_of(str(cfg.mode.name))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -329,7 +338,7 @@ def sampling_params(cfg: DictConfig) -> SamplingParams:
 
 def build_policy(cfg: DictConfig) -> Policy:
     name = str(cfg.policy.name)
-    if name in ("oracle", "random") and cfg.mode.train:
+    if name in ("oracle", "random") and run_mode(cfg).trains:
         raise ConfigError(f"policy={name} has no model to train; add mode=eval (or use policy=local)")
     if name == "oracle":
         return Policy(name, make_actor=lambda job: OracleActor())
@@ -515,12 +524,12 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
     if policy.client is None or policy.renderer is None:
         raise ConfigError(f"mode={mode} trains a model: use policy=local or policy=sglang (not {cfg.policy.name})")
     closers: list = []
-    use_prm, use_opd = MODE_SIGNALS[mode]
+    signals = run_mode(cfg)
     scorer = None
-    if use_prm or use_opd:
+    if signals.prm or signals.opd:
         judge = _build_judge(cfg, closers)
         teacher = None
-        if use_opd:
+        if signals.opd:
             teacher = _build_teacher(cfg, policy, closers)
         scorer = NextStateScorer(judge, teacher, policy.renderer, m=int(cfg.judge.m), mode=mode)
     learner = await asyncio.to_thread(_build_learner, cfg)

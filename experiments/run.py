@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
-                                   build_training, close_all, eval_settings, loop_config)
+                                   build_training, close_all, eval_settings, loop_config, run_mode)
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
 from learner.evaluation import heldout_curve
 from learner.loop import run_loop
@@ -85,7 +85,7 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
         runlog.write_split(split, settings.seed)
         loop_cfg = dataclasses.replace(loop_config(cfg), task_ids=split.train, eval_every=settings.every)
         evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
-        if cfg.mode.train:
+        if run_mode(cfg).trains:
             training = await build_training(cfg, policy, runner, runlog, evaluator)
             rows = await training.run(loop_cfg)
         else:

@@ -1,25 +1,9 @@
 """Scored turns -> training samples, one per turn, per mode (docs/architecture.md, "Modes and loss").
 
-outcome     A = (o - mean) / std of the episode outcomes in the task group, broadcast over every
-            token of every turn of the episode; a group whose outcomes are all equal drops out.
-binary      A = PRM score in {-1, 0, +1} (group of one, not normalised); score 0 -> loss mask 0.
-            At least one turn per session (episode) is kept: when no turn of an episode has a
-            nonzero score, its first turn (lowest step index) whose next state has content is
-            given mask 1 with advantage 0 (the paper's rule: it counts in the batch, it moves
-            nothing but the KL term).
-opd         A_t = teacher_logp_t - old_logp_t; turns without an accepted hint are dropped.
-combine     A_t = w_opd (teacher_logp_t - old_logp_t) + w_rl r, by the paper's four cases:
-            hint and r = +-1 -> both terms; hint, r = 0 -> OPD term only; no hint, r = +-1 -> RL
-            term only (teacher := old, so the OPD term is 0); neither -> dropped.
-integrated  R = o + coef * mean(valid PRM votes), z-scored per (task group, step index) bucket;
-            a bucket whose values are all equal drops out. A singleton bucket (only one episode
-            of the group reached that step) has no peer to compare with, so it is z-scored
-            against all step rewards of its task group instead (the paper keeps the raw value,
-            which puts those steps on another scale); dropped if that pool is constant too.
-
-`old_logp` is the rollout log-prob. Std is the sample std (n - 1), as GRPO's. Turns with status
-infra_error or timeout leave the batch and every group statistic; so do turns without an
-outcome in the outcome-based modes (an episode ended by an infra failure has none).
+Each mode's advantage is described with its entry in learner/modes.py. Std is the sample std
+(n - 1), as GRPO's. Turns with an infra status (infra_error, timeout) leave the batch and every
+group statistic; so do turns without an outcome in the outcome-based modes (an episode ended by
+an infra failure has none).
 """
 from __future__ import annotations
 
@@ -29,11 +13,10 @@ from typing import Any, Iterable
 
 from agent.turn import Turn
 from learner.diagnostics import signal_yield
-from learner.parsing import mean_vote
+from learner.modes import RL_MODES, mode as mode_of, step_reward
 from learner.samples import Sample
 from learner.scorer import is_infra
 
-MODES = ("outcome", "binary", "opd", "combine", "integrated")
 EPS = 1e-6
 
 
@@ -105,8 +88,8 @@ def build_samples(
     prm_coef: float = 1.0,
 ) -> tuple[list[Sample], dict[str, Any]]:
     """Samples for `mode` and the figures to log (counts, rates, signal means)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown training mode {mode!r}; choose one of {MODES}")
+    if mode not in RL_MODES:
+        raise ValueError(f"unknown training mode {mode!r}; choose one of {RL_MODES}")
     turns = list(turns)
     status_counts = collections.Counter(t.status for t in turns)
     eligible = [t for t in turns if not is_infra(t.status)]
@@ -120,7 +103,7 @@ def build_samples(
         else:
             samples.append(make())
 
-    if mode in ("outcome", "integrated"):
+    if mode_of(mode).outcome:
         with_outcome = [t for t in eligible if t.outcome is not None]
         if len(with_outcome) < len(eligible):
             dropped["no_outcome"] += len(eligible) - len(with_outcome)
@@ -161,7 +144,7 @@ def _outcome(turns: list[Turn], emit, dropped: collections.Counter) -> None:
 
 
 def _integrated(turns: list[Turn], coef: float, emit, dropped: collections.Counter) -> None:
-    reward = {id(t): float(t.outcome) + coef * mean_vote((t.prm or {}).get("votes") or []) for t in turns}
+    reward = {id(t): step_reward(t.outcome, (t.prm or {}).get("votes") or [], coef) for t in turns}
     groups: dict[str, list[Turn]] = collections.defaultdict(list)
     for t in turns:
         groups[t.group_id].append(t)

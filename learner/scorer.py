@@ -4,8 +4,7 @@
     turn.opd = {"votes": [1, None], "hints": [...], "texts": [...], "hint": best, "accepted": bool,
                 "teacher_logprobs": [...] (only when accepted)}
 
-Which signals a mode needs: binary and integrated use PRM votes; opd uses hints and the
-teacher; combine uses both; outcome and eval use neither.
+Which signals a mode needs is its entry in learner/modes.py.
 
 The teacher is whichever `PolicyClient` is passed: a client of a frozen engine holding the
 initial weights (the paper's code: its PRM engine is never updated) gives teacher = "frozen";
@@ -23,18 +22,9 @@ from agent.policy.base import PolicyClient
 from agent.turn import Turn
 from envs.base import Status
 from learner.judges import Judge, Vote
+from learner.modes import mode as mode_of
 from learner.parsing import majority_vote, select_hint
 from learner.prompts import messages_with_hint
-
-#: modes -> (needs PRM votes, needs hints + teacher)
-MODE_SIGNALS: dict[str, tuple[bool, bool]] = {
-    "eval": (False, False),
-    "outcome": (False, False),
-    "binary": (True, False),
-    "integrated": (True, False),
-    "opd": (False, True),
-    "combine": (True, True),
-}
 
 
 class PromptRenderer(Protocol):
@@ -59,9 +49,8 @@ class NextStateScorer:
         mode: str = "combine",
         teacher_timeout_s: float = 300.0,
     ) -> None:
-        if mode not in MODE_SIGNALS:
-            raise ValueError(f"unknown mode {mode!r}; choose one of {sorted(MODE_SIGNALS)}")
-        self.use_prm, self.use_opd = MODE_SIGNALS[mode]
+        signals = mode_of(mode)
+        self.use_prm, self.use_opd = signals.prm, signals.opd
         if self.use_opd and (teacher is None or renderer is None):
             raise ValueError(f"mode {mode!r} needs a teacher client and a chat renderer")
         self.judge = judge

@@ -22,7 +22,7 @@ from agent.rollout import Runner
 from agent.turn import Turn
 from learner.advantages import build_samples
 from learner.loop import Evaluator, LoopConfig, StepOutput, run_loop
-from learner.parsing import mean_vote
+from learner.modes import step_reward
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.scorer import NextStateScorer
@@ -102,7 +102,7 @@ class Training:
             vals = [t.outcome for t in ok if t.outcome is not None]
         elif self.mode == "integrated":
             coef = self.weights["prm_coef"]
-            vals = [t.outcome + coef * mean_vote(t.prm.get("votes", [])) for t in ok if t.outcome is not None and t.prm]
+            vals = [step_reward(t.outcome, t.prm.get("votes", []), coef) for t in ok if t.outcome is not None and t.prm]
         elif self.mode == "opd":
             return stats["advantage_mean"]
         else:

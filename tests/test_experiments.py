@@ -11,6 +11,8 @@ from omegaconf import OmegaConf
 
 import experiments.run  # noqa: F401  (registers the ${job_suffix:} resolver that run_dir uses)
 from agent.policy.sglang_launch import launch_command
+from experiments.factories import ConfigError, run_mode
+from learner.modes import MODES
 from tests.test_run_cli import REPO
 from tests.test_sglang_schema import sglang_verdicts
 
@@ -87,3 +89,14 @@ def test_experiments_launch_sglang_with_arguments_sglang_takes():
     *verdicts, bad = sglang_verdicts(items, vocab_size=1)
     assert [v["normalized"] for v in verdicts] == want, verdicts
     assert bad["error"] and "invalid int value" in bad["error"]
+
+
+def test_each_mode_yaml_has_its_registry_entry_and_back():
+    """conf/mode/*.yaml hold only user settings; what a mode is lives in learner/modes.py."""
+    confs = {f.stem: OmegaConf.load(f) for f in (REPO / "experiments" / "conf" / "mode").glob("*.yaml")}
+    assert set(confs) == set(MODES)
+    for name, conf in confs.items():
+        assert conf.name == name and "train" not in conf, name
+    with pytest.raises(ConfigError, match="unknown mode 'nope'; choose one of outcome, binary"):
+        run_mode(OmegaConf.create({"mode": {"name": "nope"}}))
+    assert not run_mode(compose_experiment("quickstart", "mode=eval")).trains
