@@ -8,7 +8,43 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from envs.base import NextState
+from envs.base import NextState, Status
+
+
+def _record(signal: Any) -> dict[str, Any]:
+    """A signal's JSON: its fields, those left unset (None) left out."""
+    return {k: v for k, v in dataclasses.asdict(signal).items() if v is not None}
+
+
+@dataclasses.dataclass
+class PRMScore:
+    """The scorer's evaluative signal on a turn: the judge's votes in {-1, 0, +1} (None: an
+    answer without a valid vote), their majority, and the judge's answers."""
+
+    votes: list[int | None]
+    score: int
+    texts: list[str]
+    error: str | None = None  # why there are no votes ("judge: ...")
+
+    def to_json(self) -> dict[str, Any]:
+        return _record(self)
+
+
+@dataclasses.dataclass
+class OPDSignal:
+    """The scorer's directive signal on a turn: the judge's hint votes, the hint chosen, and the
+    hint-conditioned teacher's log-probs of the turn's response ids when the hint was accepted."""
+
+    votes: list[int | None]
+    hints: list[str]
+    texts: list[str]
+    hint: str
+    accepted: bool
+    teacher_logprobs: list[float] | None = None  # only when accepted
+    error: str | None = None  # why there is no signal ("judge: ..." or "teacher: ...")
+
+    def to_json(self) -> dict[str, Any]:
+        return _record(self)
 
 
 @dataclasses.dataclass
@@ -23,25 +59,33 @@ class Turn:
     rollout_logprobs: list[float]
     action: str
     next_state: NextState
-    status: str
+    status: Status  # a plain string given here is read as its Status
     finish_reason: str = ""
     outcome: float | None = None  # the episode's outcome, filled on every turn at episode end
     episode_done: bool = False  # the last turn of its episode
-    prm: dict[str, Any] = dataclasses.field(default_factory=dict)  # {votes, score, texts}
-    opd: dict[str, Any] = dataclasses.field(default_factory=dict)  # {votes, hint, accepted, ...}
+    prm: PRMScore | None = None  # set by the scorer when the mode needs it
+    opd: OPDSignal | None = None
     # The chat messages the prompt was rendered from, and the tools (the OPD teacher re-renders
     # them with a hint; the judge reads the context). Not written to turns.jsonl in full.
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["next_state"] = self.next_state.to_dict()
+        d["status"] = self.status.value
+        d["prm"] = self.prm.to_json() if self.prm is not None else {}
+        d["opd"] = self.opd.to_json() if self.opd is not None else {}
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Turn:
         d = dict(d)
         d["next_state"] = NextState.from_dict(d["next_state"])
+        d["prm"] = PRMScore(**d["prm"]) if d.get("prm") else None
+        d["opd"] = OPDSignal(**d["opd"]) if d.get("opd") else None
         return cls(**d)

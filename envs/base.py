@@ -39,6 +39,9 @@ def cap_text(text: str, limit: int) -> str:
 
 
 class Status(str, enum.Enum):
+    """How a step went: the agent's doing (ok, invalid_action, env_error) or not (infra_error,
+    timeout). Written as its plain value in info["status"], turns.jsonl and metrics."""
+
     OK = "ok"
     INVALID_ACTION = "invalid_action"
     ENV_ERROR = "env_error"
@@ -49,6 +52,9 @@ class Status(str, enum.Enum):
     def is_infra(self) -> bool:
         """True for failures that are not the agent's doing (excluded from training)."""
         return self in (Status.INFRA_ERROR, Status.TIMEOUT)
+
+    def __str__(self) -> str:  # the plain value in logs and tables, as the JSON has it
+        return self.value
 
 
 @dataclasses.dataclass

@@ -12,10 +12,10 @@ import math
 from typing import Any, Iterable
 
 from agent.turn import Turn
+from envs.base import Status
 from learner.diagnostics import signal_yield
 from learner.modes import RL_MODES, mode as mode_of, step_reward
 from learner.samples import Sample
-from learner.scorer import is_infra
 
 EPS = 1e-6
 
@@ -64,15 +64,15 @@ def _broadcast(turn: Turn, value: float, mode: str, mask: int = 1) -> Sample:
 
 def _teacher_term(turn: Turn) -> list[float] | None:
     """teacher_logp - old_logp per token, or None when the turn has no accepted hint."""
-    opd = turn.opd or {}
-    teacher = opd.get("teacher_logprobs")
-    if not opd.get("accepted") or teacher is None or len(teacher) != len(turn.response_ids):
+    opd = turn.opd
+    if opd is None or not opd.accepted or opd.teacher_logprobs is None or len(opd.teacher_logprobs) != len(turn.response_ids):
         return None
+    teacher = opd.teacher_logprobs
     return [float(t) - float(o) for t, o in zip(teacher, turn.rollout_logprobs)]
 
 
 def _prm_score(turn: Turn) -> int:
-    return int((turn.prm or {}).get("score") or 0)
+    return turn.prm.score if turn.prm is not None else 0
 
 
 def _has_next_state(turn: Turn) -> bool:
@@ -92,7 +92,7 @@ def build_samples(
         raise ValueError(f"unknown training mode {mode!r}; choose one of {RL_MODES}")
     turns = list(turns)
     status_counts = collections.Counter(t.status for t in turns)
-    eligible = [t for t in turns if not is_infra(t.status)]
+    eligible = [t for t in turns if not t.status.is_infra]
     dropped: collections.Counter[str] = collections.Counter()
     samples: list[Sample] = []
 
@@ -144,7 +144,7 @@ def _outcome(turns: list[Turn], emit, dropped: collections.Counter) -> None:
 
 
 def _integrated(turns: list[Turn], coef: float, emit, dropped: collections.Counter) -> None:
-    reward = {id(t): step_reward(t.outcome, (t.prm or {}).get("votes") or [], coef) for t in turns}
+    reward = {id(t): step_reward(t.outcome, t.prm.votes if t.prm is not None else [], coef) for t in turns}
     groups: dict[str, list[Turn]] = collections.defaultdict(list)
     for t in turns:
         groups[t.group_id].append(t)
@@ -186,22 +186,22 @@ def _binary(turns: list[Turn], emit) -> None:
 def _stats(turns: list[Turn], eligible: list[Turn], samples: list[Sample], dropped: collections.Counter, status_counts: collections.Counter) -> dict[str, Any]:
     n = len(turns)
     infra = n - len(eligible)
-    prm_scores = [t.prm["score"] for t in eligible if t.prm and "score" in t.prm]
-    opd = [t.opd for t in eligible if t.opd]
+    prm_scores = [t.prm.score for t in eligible if t.prm is not None]
+    opd = [t.opd for t in eligible if t.opd is not None]
     tokens = [(a, m) for s in samples for a, m in zip(s.advantages, s.loss_mask) if m]
     return {
         "turns": n,
         "status_counts": dict(status_counts),
         "infra_excluded": infra,
         "infra_rate": infra / n if n else 0.0,
-        "timeout_rate": status_counts.get("timeout", 0) / n if n else 0.0,
+        "timeout_rate": status_counts.get(Status.TIMEOUT, 0) / n if n else 0.0,
         "samples": len(samples),
         "samples_training": sum(1 for s in samples if s.trains),
         "samples_masked": sum(1 for s in samples if not s.trains),
         "dropped": sum(dropped.values()),
         "dropped_by_reason": dict(dropped),
         "prm_score_mean": sum(prm_scores) / len(prm_scores) if prm_scores else None,
-        "opd_accept_rate": sum(1 for o in opd if o.get("accepted")) / len(opd) if opd else None,
+        "opd_accept_rate": sum(1 for o in opd if o.accepted) / len(opd) if opd else None,
         "advantage_mean": sum(a for a, _ in tokens) / len(tokens) if tokens else None,
         "advantage_abs_mean": sum(abs(a) for a, _ in tokens) / len(tokens) if tokens else None,
         "loss_tokens": len(tokens),

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Callable, Protocol
 
 from agent.turn import Turn
-from envs.base import NextState
+from envs.base import NextState, Status
 from learner import prompts
 from learner.parsing import HINT_VALUES, PRM_VALUES, parse_boxed, parse_hint
 
@@ -103,7 +103,7 @@ def generic_verdict(turn: Turn) -> tuple[int, str]:
     if verdict in PRM_VALUES:
         return verdict, str(data.get("hint") or "")
     hint = str(data.get("hint") or "")
-    if turn.status in ("invalid_action", "env_error"):
+    if turn.status in (Status.INVALID_ACTION, Status.ENV_ERROR):
         return -1, hint
     if ns.kind == "tests":
         passed, failed = _int_or_none(data.get("passed")), _int_or_none(data.get("failed"))
