@@ -77,6 +77,7 @@ from agent.http_guard import BodyLimit, bearer_ok
 from agent.policy.base import GenerateResult, PolicyClient, SamplingParams
 from agent.policy.jsonhttp import ServerError
 from agent.policy.engine import Engine
+from agent.policy.models import load_tokenizer
 from agent.policy.server import ServerHandle, serve, serve_app
 from agent.policy.sglang_client import SGLangClient
 from agent.proxy_openai import completion_body, content_text, stream_events, template_messages
@@ -400,17 +401,6 @@ class Proxy:
         if not record:
             return raw, raw, []
         return raw, redact(raw)[0], private_tokens(list(output_ids), self.renderer.decode, private)
-
-
-def load_tokenizer(name: str) -> Any:
-    """The tokenizer of `tiny`, `smollm2` or a local HF folder, without loading the model."""
-    from transformers import AutoTokenizer
-
-    from agent.policy.models import byte_tokenizer, smollm2_dir
-
-    if name == "tiny":
-        return byte_tokenizer()
-    return AutoTokenizer.from_pretrained(smollm2_dir() if name == "smollm2" else name)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,7 +29,7 @@ import time
 import httpx
 
 from agent.chat import ChatRenderer
-from agent.proxy import load_tokenizer
+from agent.policy.models import load_tokenizer
 
 KEY = "sk-bench"
 
