@@ -57,6 +57,13 @@ class Status(str, enum.Enum):
         return self.value
 
 
+def first_messages(system_prompt: str, user_content: str) -> list[dict[str, Any]]:
+    """An episode's opening chat: the env's system prompt (when it has one), then the task as the
+    user's message (what `reset` hands the agent in info["messages"])."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": user_content}]
+
+
 @dataclasses.dataclass
 class NextState:
     """What the agent sees after its action, plus what a program can read about it."""
@@ -223,11 +230,7 @@ class AgentEnv(gymnasium.Env):
         self.done = False
         extra = self._start(self.task)
         user_content = self.task.prompt if extra is None else f"{self.task.prompt}\n\n{extra.content}"
-        messages: list[dict[str, Any]] = []
-        sp = self.system_prompt()
-        if sp:
-            messages.append({"role": "system", "content": sp})
-        messages.append({"role": "user", "content": user_content})
+        messages = first_messages(self.system_prompt(), user_content)
         info: dict[str, Any] = {"task_id": self.task.task_id, "messages": messages, "tools": self.tools()}
         if extra is not None:
             info["start_state"] = extra
