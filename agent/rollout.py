@@ -235,7 +235,7 @@ class Runner:
         return Turn(
             episode_id=job.episode_id, task_id=job.task_id, group_id=job.group_id, step_index=len(turns),
             policy_version=action.policy_version, prompt_ids=action.prompt_ids, response_ids=action.response_ids,
-            rollout_logprobs=action.logprobs, action=action.text, next_state=ns, status=status,
+            rollout_logprobs=action.rollout_logprobs, action=action.text, next_state=ns, status=status,
             finish_reason=action.finish_reason, messages=list(messages), tools=tools,
         )
 

@@ -63,7 +63,7 @@ def _broadcast(turn: Turn, value: float, mode: str, mask: int = 1) -> Sample:
 
 
 def _teacher_term(turn: Turn) -> list[float] | None:
-    """teacher_logp - old_logp per token, or None when the turn has no accepted hint."""
+    """teacher_logp - rollout_logp per token, or None when the turn has no accepted hint."""
     opd = turn.opd
     if opd is None or not opd.accepted or opd.teacher_logprobs is None or len(opd.teacher_logprobs) != len(turn.response_ids):
         return None
