@@ -531,7 +531,7 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
         teacher = None
         if signals.opd:
             teacher = _build_teacher(cfg, policy, closers)
-        scorer = NextStateScorer(judge, teacher, policy.renderer, m=int(cfg.judge.m), mode=mode)
+        scorer = NextStateScorer(judge, teacher, policy.renderer, n_votes=int(cfg.judge.n_votes), mode=mode)
     learner = await asyncio.to_thread(_build_learner, cfg)
     if hasattr(learner, "close"):  # learner=megatron under torchrun: releases the other ranks
         closers.append(learner.close)
@@ -621,7 +621,7 @@ def _build_judge(cfg: DictConfig, closers: list) -> Any:
             url, key = server.url, server.api_key
         client = ChatClient(str(url), model=model, api_key=key, timeout=float(cfg.timeouts.step_s))
         closers.append(client.aclose)
-        return LLMJudge(client, m=int(cfg.judge.m), temperature=float(cfg.judge.temperature),
+        return LLMJudge(client, n_votes=int(cfg.judge.n_votes), temperature=float(cfg.judge.temperature),
                         max_tokens=int(cfg.judge.max_tokens))
     raise ConfigError(f"unknown judge {name!r}; choose rules or llm")
 

@@ -168,8 +168,22 @@ def env_options_added(argv: list[str]) -> list[str]:
     return [f"++{a}" if a.startswith("env.") and "=" in a else a for a in argv]
 
 
+# Keys renamed since command lines were written with them: old spelling -> config key.
+RENAMED = {"judge.m": "judge.n_votes"}
+
+
+def renamed_keys(argv: list[str]) -> list[str]:
+    """`judge.m=3` (and `+judge.m=3`, ...) as `judge.n_votes=3`: an old command line still runs."""
+    out = []
+    for a in argv:
+        key, eq, value = a.partition("=")
+        bare = key.lstrip("+~")
+        out.append(f"{key[:len(key) - len(bare)]}{RENAMED[bare]}={value}" if eq and bare in RENAMED else a)
+    return out
+
+
 if __name__ == "__main__":
     if (problem := unknown_env(sys.argv[1:])) is not None:
         sys.exit(problem)
-    sys.argv[1:] = env_options_added(sys.argv[1:])
+    sys.argv[1:] = env_options_added(renamed_keys(sys.argv[1:]))
     main()

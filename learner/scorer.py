@@ -33,7 +33,7 @@ class NextStateScorer:
         judge: Judge,
         teacher: PolicyClient | None,
         renderer: PromptRenderer | None,
-        m: int | None = None,
+        n_votes: int | None = None,
         mode: str = "combine",
         teacher_timeout_s: float = 300.0,
     ) -> None:
@@ -44,7 +44,7 @@ class NextStateScorer:
         self.judge = judge
         self.teacher = teacher
         self.renderer = renderer
-        self.m = m
+        self.n_votes = n_votes
         self.mode = mode
         self.teacher_timeout_s = teacher_timeout_s
 
@@ -73,7 +73,7 @@ class NextStateScorer:
         if not self.use_prm:
             return None
         try:
-            votes = await self.judge.prm_votes(turn, self.m)
+            votes = await self.judge.prm_votes(turn, self.n_votes)
         except Exception as e:  # a broken judge gives no vote; scoring never raises
             return PRMScore([], 0, [], error=f"judge: {type(e).__name__}: {e}")
         scores = [v.score for v in votes]
@@ -83,7 +83,7 @@ class NextStateScorer:
         if not self.use_opd:
             return None
         try:
-            votes: list[Vote] = await self.judge.hint_votes(turn, self.m)
+            votes: list[Vote] = await self.judge.hint_votes(turn, self.n_votes)
         except Exception as e:
             return OPDSignal([], [], [], "", False, error=f"judge: {type(e).__name__}: {e}")
         hint, accepted = select_hint([(v.score, v.hint) for v in votes])

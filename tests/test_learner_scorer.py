@@ -45,7 +45,7 @@ def test_generic_rule(ns, status, expected):
 
 
 def test_rules_scorer_binary_fills_prm_only():
-    scorer = NextStateScorer(RulesJudge(), None, None, m=3, mode="binary")
+    scorer = NextStateScorer(RulesJudge(), None, None, n_votes=3, mode="binary")
     turn = make_turn(next_state=NextState("tool", "err", "shell", {"exit_code": 1}))
     asyncio.run(scorer.score(turn))
     assert turn.prm.votes == [-1] and turn.prm.score == -1 and turn.prm.texts
@@ -104,7 +104,7 @@ def judge_turn():
 )
 def test_llm_prm_votes(answers, votes, score):
     chat = CannedChat(answers)
-    scorer = NextStateScorer(LLMJudge(chat, m=3, temperature=0.6, max_tokens=256), None, None, mode="binary")
+    scorer = NextStateScorer(LLMJudge(chat, n_votes=3, temperature=0.6, max_tokens=256), None, None, mode="binary")
     turn = asyncio.run(scorer.score(judge_turn()))
     assert turn.prm.votes == votes and turn.prm.score == score
     assert len(turn.prm.texts) == 3
@@ -118,7 +118,7 @@ def test_llm_prm_votes(answers, votes, score):
 
 def test_llm_judge_timeout_is_an_invalid_vote():
     chat = CannedChat(["HANG", "\\boxed{-1}"])
-    judge = LLMJudge(chat, m=2, timeout_s=0.2)
+    judge = LLMJudge(chat, n_votes=2, timeout_s=0.2)
     votes = asyncio.run(judge.prm_votes(judge_turn()))
     assert [v.score for v in votes] == [None, -1]
     assert "TimeoutError" in votes[0].text
@@ -132,7 +132,7 @@ def test_llm_hint_votes_select_longest_valid():
         "\\boxed{-1} [HINT_START]an even longer hint that must be ignored since the vote is -1[HINT_END]",
         "\\boxed{1} but no hint block",
     ])
-    judge = LLMJudge(chat, m=4)
+    judge = LLMJudge(chat, n_votes=4)
     votes = asyncio.run(judge.hint_votes(judge_turn()))
     assert [v.score for v in votes] == [1, 1, -1, 1]
     assert [v.hint for v in votes] == ["use ls -a", long_hint, "", ""]

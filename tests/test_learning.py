@@ -68,7 +68,7 @@ def test_opd_lowers_kl_to_the_hint_conditioned_teacher(tmp_path):
             finally:
                 runner.close()
             turns = [t for e in eps for t in e.turns if t.outcome == -1.0]
-            scorer = NextStateScorer(RulesJudge(), frozen, renderer, m=1, mode="opd")
+            scorer = NextStateScorer(RulesJudge(), frozen, renderer, n_votes=1, mode="opd")
             return await scorer.score_many(turns)
 
         turns = asyncio.run(collect())
