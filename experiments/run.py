@@ -63,7 +63,8 @@ def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
                      rows_per_step=int(w.rows_per_step), seed=int(cfg.seed), tags=[str(cfg.env.name), str(cfg.mode.name)])
 
 
-async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
+async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
+    """One run end to end: build its parts, run SFT, training or the evaluation loop, stop them all."""
     closers: list = []
     settings = eval_settings(cfg)
     make_env = build_env(cfg, closers)
@@ -125,7 +126,7 @@ def main(cfg: DictConfig) -> None:
     log.info("run %s -> %s", cfg.name, runlog.dir)
     runlog.add_sink(wandb_sink(cfg, runlog.dir))
     try:
-        rows = asyncio.run(experiment(cfg, runlog))
+        rows = asyncio.run(run_experiment(cfg, runlog))
     except (ConfigError, PolicyUnavailable, DemoError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
