@@ -45,7 +45,7 @@ class ChatRenderer:
             if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
                 stops.add(tid)
         self.stop_token_ids: list[int] = sorted(stops)
-        self._delta_cache: dict[tuple[str, str], str] = {}
+        self._delta_cache: dict[str, str] = {}  # role -> template text between turns
 
     # ---- text level --------------------------------------------------------------------
     def _apply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool) -> str:
@@ -100,8 +100,7 @@ class ChatRenderer:
     def _between(self, role: str) -> str:
         """Template text from the end of an assistant message to the next generation prompt,
         with the observation content as a placeholder (computed once per role)."""
-        key = (role, "")
-        if key not in self._delta_cache:
+        if role not in self._delta_cache:
             base = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _ASSISTANT}]
             full = self._apply(base + [{"role": role, "content": _USER}], None, gen=True)
             head = self._apply(base, None, gen=False)
@@ -111,8 +110,8 @@ class ChatRenderer:
             between = full[cut:]
             if between.count(_USER) != 1:
                 raise ValueError(f"chat template did not render a {role!r} message once")
-            self._delta_cache[key] = between
-        return self._delta_cache[key]
+            self._delta_cache[role] = between
+        return self._delta_cache[role]
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=False)

@@ -1,13 +1,18 @@
 """A Turn: one assistant action and what followed it (docs/architecture.md, "Tokens and turns").
 
-The learner builds training samples from turns; `turns.jsonl` holds one `Turn.to_json()` per
-line. Token ids and log-probs are the sampler's, never re-tokenized.
+The learner builds training samples from turns. `turn_record` is the one JSON form of a turn:
+the run log's turns.jsonl and the live-user proxy's turns-v<version>.jsonl both write it, one per
+line, and `Turn.from_json` reads it back. Token ids and log-probs are the sampler's, never
+re-tokenized.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from typing import Any
 
+from agent.json_safe import json_safe
 from envs.base import NextState, Status
 
 
@@ -46,6 +51,8 @@ class OPDSignal:
     def to_json(self) -> dict[str, Any]:
         return _record(self)
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass
 class Turn:
@@ -66,21 +73,13 @@ class Turn:
     prm: PRMScore | None = None  # set by the scorer when the mode needs it
     opd: OPDSignal | None = None
     # The chat messages the prompt was rendered from, and the tools (the OPD teacher re-renders
-    # them with a hint; the judge reads the context). Not written to turns.jsonl in full.
+    # them with a hint; the judge reads the context).
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["next_state"] = self.next_state.to_dict()
-        d["status"] = self.status.value
-        d["prm"] = self.prm.to_json() if self.prm is not None else {}
-        d["opd"] = self.opd.to_json() if self.opd is not None else {}
-        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Turn:
@@ -89,3 +88,22 @@ class Turn:
         d["prm"] = PRMScore(**d["prm"]) if d.get("prm") else None
         d["opd"] = OPDSignal(**d["opd"]) if d.get("opd") else None
         return cls(**d)
+
+
+def turn_record(turn: Turn) -> dict[str, Any]:
+    """Every field of the turn as plain JSON values (agent/json_safe.py); never fails on content:
+    what JSON or UTF-8 cannot hold is escaped, with a warning."""
+    escaped: list[str] = []
+    fields = {f.name: getattr(turn, f.name) for f in dataclasses.fields(turn)}
+    fields.update(status=turn.status.value, prm=turn.prm.to_json() if turn.prm is not None else {},
+                  opd=turn.opd.to_json() if turn.opd is not None else {})  # unscored: {}
+    record = json_safe(fields, escaped)
+    if escaped:
+        log.warning("turn %s step %d: unencodable content escaped in its record (%s)", turn.episode_id,
+                    turn.step_index, "; ".join(escaped))
+    return record
+
+
+def turn_line(turn: Turn) -> str:
+    """The turn's JSONL line (UTF-8 text, not ASCII escapes)."""
+    return json.dumps(turn_record(turn), ensure_ascii=False) + "\n"

@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 from agent.actors import Actor, ModelActor, OracleActor, RandomActor
 from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
-from agent.policy.models import learner_bf16
 from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv, TaskSplit
 from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
@@ -585,6 +584,7 @@ def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
     name = str(cfg.learner.name)
     lc = cfg.learner
     if name == "torch":
+        from agent.policy.models import learner_bf16  # torch and transformers: imported only when used
         from learner.torch_learner import TorchLearner
 
         return TorchLearner(str(cfg.model.path), lr=float(lc.lr if lr is None else lr), betas=tuple(lc.betas),

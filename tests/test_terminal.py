@@ -224,6 +224,7 @@ def test_check_env():
 # ---- many episodes at once ---------------------------------------------------------------------
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_64_concurrent_oracle_episodes_pass_and_leave_no_container():
     from agent.actors import OracleActor
     from agent.rollout import EpisodeJob, Runner

@@ -71,7 +71,7 @@ _swept = False
 class Browser:
     """One Chromium + chromedriver pair. `run` executes JavaScript in the current page."""
 
-    def __init__(self, command_timeout_s: float = 30.0) -> None:
+    def __init__(self, command_timeout_s: float = 30.0, console_log: bool = False) -> None:
         global _swept
         configure_env()
         if not _swept:  # browsers left by a runner that died with its reaper
@@ -86,6 +86,8 @@ class Browser:
             options.add_argument(arg)
         options.add_argument(f"--user-data-dir={self.profile}")
         options.binary_location = os.environ["MINIWOB_CHROME_BINARY"]
+        if console_log:  # the page's console messages, for driver.get_log("browser")
+            options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         service = Service(
             executable_path=os.environ["MINIWOB_CHROMEDRIVER"],
             env={**os.environ, MARKER_VAR: self.marker},

@@ -8,10 +8,10 @@ job. The shell enters those namespaces with `nsenter`, so a shell that dies is r
 losing the sandbox's files; only the holder's death ends the sandbox.
 
 Limits. The shell runs as a uid of its own (random, unused on the host) with every capability
-dropped, no-new-privs and a seccomp filter that refuses new user namespaces (nouserns.py; the
-verifier's root processes get it too), under rlimits: address space (`memory_mb`), processes (`pids`:
-RLIMIT_NPROC binds only a non-root uid, and a uid per sandbox makes the count per sandbox), file
-size (`disk_mb`), no core files. Where a cgroup hierarchy is writable (v1 or v2) the shell is
+dropped, no-new-privs and the sandboxes' seccomp filter (seccomp.py: no new user namespaces, no
+fallocate; the verifier's root processes get it too), under rlimits: address space
+(`memory_mb`), processes (`pids`: RLIMIT_NPROC binds only a non-root uid, and a uid per sandbox
+makes the count per sandbox), file size (`disk_mb`), no core files. Where a cgroup hierarchy is writable (v1 or v2) the shell is
 also put in a cgroup with the memory, pids and CPU (`cpus`) limits; elsewhere CPU is not capped.
 
 Timeouts. A command past its timeout (or flooding output) is killed from the host: every
@@ -43,7 +43,7 @@ import time
 import weakref
 from typing import Any, Callable, NamedTuple
 
-from envs.sandbox import cgroups, nouserns, verifier
+from envs.sandbox import cgroups, seccomp, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import RawResult, ShellSession, bash_quote, exec_result
 
@@ -212,7 +212,7 @@ class BwrapSandbox:
         lim = self.limits
         rlimits = [f"--as={lim.memory_mb << 20}", f"--nproc={lim.pids}", f"--fsize={lim.disk_mb << 20}", "--core=0"]
         return [
-            sys.executable, nouserns.__file__,  # no user namespaces inside (a way around the dropped caps)
+            *seccomp.prefix(sys.executable),  # no user namespaces (a way around the dropped caps), no fallocate
             "nsenter", "-t", str(self._holder_pid), "-m", "-p", "-i", "-u", "-C", "-r", "-w",
             *([] if lim.network else ["-n"]),
             "--", "prlimit", *rlimits, "--",
@@ -430,7 +430,8 @@ class BwrapSandbox:
                                capture_output=True, timeout=30)
             reward = r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
             self._kill_namespace()
-        return verifier.Verification(reward, verifier.cap(text), rc in (124, 137), changed, tampered, processes)
+        # nsenter passes on the signal that ended its child: timeout -s KILL reads as -9 here
+        return verifier.Verification(reward, verifier.cap(text), rc in (124, 137, -signal.SIGKILL), changed, tampered, processes)
 
     def is_alive(self) -> bool:
         return not self._closed and self._holder is not None and self._holder.poll() is None

@@ -18,11 +18,16 @@ one the disk watchdog stopped raises SandboxLimitError (the agent's doing: env_e
 A sandbox lives on one engine (engine.py: the local one, or a host that placement.py chose) and
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
-Containers run with no network, the image's non-root user `agent`, an init, every capability
-dropped (root's execs keep VERIFIER_CAPS where a verifier will run), no-new-privileges, and the
-memory / pids / CPU limits of `Limits`; `disk_mb` binds as
-a storage quota where the engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as
-a per-file size limit plus diskwatch.py's watchdog, which stops a container past its cap.
+Containers run with no network, every capability dropped (root's execs keep VERIFIER_CAPS where a
+verifier will run and the agent is another user; ROOT_CAPS where the agent is root), no-new-privileges,
+and the memory / pids / CPU limits of `Limits`; the shell and the verifier start under seccomp.py's
+filter, on top of the engine's profile (no fallocate: disk is used only by writing it). The agent is
+the user the caller names (default the non-root `agent`; terminal tasks: the image's USER, root when
+it names none). The container's pid 1 is a `sleep` that ignores SIGCHLD (so the kernel reaps what
+is orphaned under it) and has no signal handler, so no process inside can signal it, root
+included: an agent cannot take its sandbox down. `disk_mb` binds as a storage quota where the
+engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as a per-file size limit plus
+diskwatch.py's watchdog, which stops a container past its cap.
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ from typing import Any, Callable
 import docker
 import requests
 
-from envs.sandbox import diskwatch, verifier
+from envs.sandbox import diskwatch, seccomp, verifier
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
@@ -50,10 +55,15 @@ from envs.sandbox.shell import (
 )
 
 DEFAULT_USER = "agent"
+PYTHON = "/usr/bin/python3"  # every sandbox image has it: the kill helper, the verifier and seccomp.py run on it
 # Root's capabilities in a container a verifier will run in (open_sandbox(verifier=True)): kill
 # the agent's processes, read what it made private. Other containers keep none.
 VERIFIER_CAPS = ("KILL", *verifier.CAPS)
-ENGINE_FILES = ("/usr/sbin/docker-init",)  # what the engine itself adds to a container (docker diff shows it)
+# A root agent's (and so its verifier's) capabilities: what a root shell uses to work on files and
+# processes. Not DAC_READ_SEARCH (open_by_handle_at), MKNOD, NET_RAW, SETPCAP, SETFCAP, SYS_CHROOT.
+ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
+# pid 1: no handler (nothing inside can signal it), SIGCHLD ignored (the kernel reaps its orphans)
+HOLDER = ["bash", "-c", "trap '' CHLD; exec sleep infinity"]
 API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -110,8 +120,8 @@ def create_container(
     url: str | None = None,
     cap_add: tuple[str, ...] = (),
 ) -> str:
-    """Create and start a container that idles under `init` (`sleep infinity`) on engine `url`
-    (None: the primary); returns its id."""
+    """Create and start a container whose pid 1 idles (`HOLDER`) on engine `url` (None: the
+    primary); returns its id."""
     url = primary() if url is None else url
     api = client(url).api
     if url not in _disk_quota:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
@@ -127,7 +137,6 @@ def create_container(
             memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
             pids_limit=limits.pids,
             nano_cpus=int(limits.cpus * 1e9),
-            init=True,
             cap_drop=list(cap_drop),
             # Only root processes can use these (the holder, the verifier's execs): the sandbox
             # user's processes run with no capabilities, and no-new-privileges keeps it so.
@@ -138,9 +147,10 @@ def create_container(
         )
         try:
             cid = api.create_container(
-                # The idle holder runs as root (with no capabilities) so the sandbox user cannot
-                # kill it and take the container down; the shell and every exec run as `user`.
-                image, command=["sleep", "infinity"], user="0", labels=labels, host_config=host,
+                # The holder runs as root so that root's execs get the container's capabilities
+                # (Docker gives none to any process of a container whose user is not root); the
+                # shell and every exec run as the sandbox's user. The image's ENTRYPOINT is bypassed.
+                image, entrypoint=HOLDER, command=[], user="0", labels=labels, host_config=host,
                 network_disabled=not limits.network,
             )["Id"]
             break
@@ -207,7 +217,7 @@ class DockerSandbox:
         """Open the exec connection and start bash (learning its pid, uid and gid)."""
         try:
             self._exec_id = self._api.exec_create(
-                self.id, ["bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
+                self.id, [*seccomp.prefix(PYTHON), "bash", "--noprofile", "--norc"], stdin=True, stdout=True, stderr=True,
                 tty=False, user=self.user, workdir=None if self._make_workdir else self.workdir,
             )["Id"]
             raw = self._api.exec_start(self._exec_id, socket=True)
@@ -292,7 +302,7 @@ class DockerSandbox:
         t0 = self._cmd_t0
         try:
             ex = self._api.exec_create(
-                self.id, ["python3", "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
+                self.id, [PYTHON, "-c", _KILL_PY, str(self._shell_pid), str(t0), "1" if with_shell else "0",
                           str(KILL_LINGER_S)],
                 user=self.user, stdout=True, stderr=True,
             )["Id"]
@@ -428,7 +438,7 @@ class DockerSandbox:
     def _tarinfo(self, name: str, size: int, mode: int) -> tarfile.TarInfo:
         info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime = size, mode, int(time.time())
-        info.uid, info.gid = self._uid or 1000, self._gid or 1000  # the sandbox user owns it
+        info.uid, info.gid = self._uid, self._gid  # the sandbox user owns it
         return info
 
     def _put(self, dest_dir: str, blob: bytes) -> None:
@@ -444,14 +454,18 @@ class DockerSandbox:
             except API_ERRORS as e:
                 raise self._infra_error(f"cannot write into {dest_dir}: {e}") from e
 
-    def _ensure_dir(self, path: str) -> None:
-        """Create folder `path` owned by the sandbox user if it does not exist (an existing one
-        is left as it is: unpacking over it would change its owner and mode)."""
+    def _exists(self, path: str) -> bool:
+        """Whether `path` exists in the container, asked of the engine (no process inside runs)."""
         try:  # HEAD on the archive endpoint: a stat, without packing the folder
             code = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path}).status_code
         except API_ERRORS as e:
             raise self._infra_error(f"cannot look up {path}: {e}") from e
-        if code == 200:
+        return code == 200
+
+    def _ensure_dir(self, path: str) -> None:
+        """Create folder `path` owned by the sandbox user if it does not exist (an existing one
+        is left as it is: unpacking over it would change its owner and mode)."""
+        if self._exists(path):
             return
         info = self._tarinfo(posixpath.normpath(path).lstrip("/"), 0, 0o755)
         info.type = tarfile.DIRTYPE
@@ -506,7 +520,7 @@ class DockerSandbox:
             raise NotADirectoryError(f"copy_in: {local_dir!r} is not a folder")
 
         def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid, info.gid = self._uid or 1000, self._gid or 1000
+            info.uid, info.gid = self._uid, self._gid
             info.uname = info.gname = ""
             return info
 
@@ -554,27 +568,36 @@ class DockerSandbox:
     def verify(self, tests_dir: str, script: str, workdir: str, timeout: float,
                writable: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")) -> verifier.Verification:
         """Kill the agent, copy the tests in, run them as root (envs/sandbox/verifier.py). The
-        container is stopped afterwards: the episode is over."""
+        container is stopped afterwards: the episode is over. Where the kill helper cannot be
+        trusted to end them all, the container is restarted after it, so the kernel ends every
+        process: a root agent's processes share the helper's uid (they could stop or trace it),
+        and a helper that gave no snapshot was missing or broken (the image's python3)."""
         with self._lock:
             if self._closed:
                 raise SandboxError("sandbox is closed")
-            if self._uid == 0:
-                raise SandboxError("the verifier needs the agent to be a user other than root")
             self._close_shell()
-            _, out = self._root_exec(["/usr/bin/python3", "-c", verifier.SEAL_PY, str(self._uid)])
+            _, out = self._root_exec(["/usr/bin/env", "-i", f"PATH={verifier.PATH}", PYTHON, "-c", verifier.SEAL_PY, str(self._uid)])
             try:
                 processes = json.loads(out.strip().splitlines()[-1])
             except (ValueError, IndexError):
-                raise self._infra_error(f"cannot stop the agent's processes: {out[-300:]!r}") from None
+                processes = None  # no python3, or the agent broke it (docker diff tells which)
+            if processes is None or self._uid == 0:
+                try:
+                    self._api.restart(self.id, timeout=0)
+                except API_ERRORS as e:
+                    raise self._infra_error(f"cannot restart the container to end the agent's processes: {e}") from e
             try:
                 kinds = {0: "C", 1: "A", 2: "D"}
                 diff = [(kinds.get(d["Kind"], "?"), d["Path"]) for d in self._api.diff(self.id) or []]
             except API_ERRORS as e:
                 raise self._infra_error(f"docker diff failed: {e}") from e
-            changed, tampered = verifier.outside(diff, [*writable, self.workdir, *ENGINE_FILES])
+            # A work dir of "/" (an image without WORKDIR) would make every path writable.
+            changed, tampered = verifier.outside(diff, [*writable, *([self.workdir] if self.workdir != "/" else [])])
             self._root_exec(["/bin/rm", "-rf", "--", verifier.TESTS_DIR, verifier.LOGS_DIR])
-            self._put("/", self._root_tar(tests_dir, processes))
-            rc, log = self._root_exec(verifier.command(script, workdir, timeout))
+            self._put("/", self._root_tar(tests_dir, processes or []))
+            if self._exists(verifier.REWARD_FILE):  # the engine's word, not the image's rm: left by the agent
+                tampered.append(f"A {verifier.REWARD_FILE}")
+            rc, log = self._root_exec([*seccomp.prefix(PYTHON), *verifier.command(script, workdir, timeout)])
             try:  # nothing the tests started may touch the reward once they are done
                 self._api.kill(self.id)
                 self._api.wait(self.id, timeout=30)
@@ -584,7 +607,7 @@ class DockerSandbox:
             reward: str | None = self.read_file(verifier.REWARD_FILE, 4096).decode("utf-8", "replace")
         except (FileNotFoundError, IsADirectoryError, ValueError):
             reward = None
-        return verifier.Verification(reward, verifier.cap(log), rc in (124, 137), changed, tampered, processes)
+        return verifier.Verification(reward, verifier.cap(log), rc in (124, 137), changed, tampered, processes or [])
 
     def is_alive(self) -> bool:
         return not self._closed and self._container_running()
@@ -613,9 +636,10 @@ class DockerSandbox:
 def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> DockerSandbox:
     """A sandbox from the warm pool of (image, limits). `image` None is the default `sandbox`
     image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
-    the number of episodes run at once), user, workdir (where the shell starts and relative paths
-    resolve; default the image's WORKDIR; created for the user if missing), deadline_s (how long a
-    container may live before any sweeper removes it), verifier (root gets VERIFIER_CAPS, which
+    the number of episodes run at once), user (default `agent`; None: the image's USER, root when it
+    names none), workdir (where the shell starts and relative paths resolve; default the image's
+    WORKDIR; created for the user if missing), deadline_s (how long a container may live before any
+    sweeper removes it), verifier (root gets VERIFIER_CAPS, or ROOT_CAPS for a root agent, which
     `verify` needs; default False), acquire_timeout (s)."""
     from envs.sandbox import images, pool
 

@@ -2,7 +2,9 @@
 
 The base is a root file system made by `mmdebstrap` from the mirror in this machine's own apt
 sources, then `docker import`ed; every other image is a `docker build --network none` layer on
-it (see images/README.md). A tag is `openclaw/<name>:<hash>`: a changed recipe gets a new tag
+it (see images/README.md). A task's own Dockerfile may instead start FROM any image this machine
+has (Harbor tasks: `FROM python:3.12-slim`); one it lacks is never pulled: the build fails with
+one line naming it, unless a substitute (`base`, or a local tag) is given. A tag is `openclaw/<name>:<hash>`: a changed recipe gets a new tag
 and is built, an unchanged one is found and reused.
 
 With several engines (engine.set_hosts) images are built on the primary by default. An image
@@ -19,6 +21,7 @@ import fcntl
 import glob
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 import docker
+import requests
 
 from envs.sandbox import engine
 from envs.sandbox.engine import client
@@ -68,6 +72,23 @@ def image_exists(tag: str, url: str | None = None) -> bool:
         return False
     except docker.errors.DockerException as e:
         raise ImageError(f"Docker engine error while looking up {tag}: {e}") from e
+
+
+def remove_image(tag: str, wait_s: float = 60.0, url: str | None = None) -> None:
+    """Remove image `tag` from engine `url` once no container of it is left (closed sandboxes
+    are removed in the background), waiting at most `wait_s`."""
+    c = client(url)
+    try:
+        image_id = c.images.get(tag).id
+    except docker.errors.ImageNotFound:
+        return
+    deadline = time.monotonic() + wait_s
+    while c.containers.list(all=True, filters={"ancestor": image_id}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        c.images.remove(image_id, force=True)
+    except docker.errors.DockerException as e:
+        raise ImageError(f"cannot remove {tag}: {e}") from e
 
 
 @contextlib.contextmanager
@@ -211,36 +232,146 @@ def _build_base(tag: str, url: str | None = None) -> None:
         raise ImageError(f"docker import did not produce {tag}")
 
 
+_VAR = re.compile(r"\$(?:\{(\w+)(?::?-([^}]*))?\}|(\w+))")
+
+
+def _instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """(raw text, logical line) per instruction: continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    raw: list[str] = []
+    for line in dockerfile.splitlines(keepends=True):
+        raw.append(line)
+        text = line.rstrip("\r\n")
+        if text.endswith("\\"):
+            continue
+        logical = " ".join(r.rstrip("\r\n").rstrip("\\").strip() for r in raw
+                           if not r.lstrip().startswith("#")).strip()
+        out.append(("".join(raw), logical))
+        raw = []
+    if raw:
+        out.append(("".join(raw), " ".join(r.strip().rstrip("\\") for r in raw).strip()))
+    return out
+
+
+def _from_parts(dockerfile: str) -> list[tuple[int, str | None, str]]:
+    """(instruction index, image or None for the project's base, stage name) per FROM line that
+    names an image: global ARG defaults substituted; `${BASE}` (the build argument this module
+    passes), `scratch` and earlier stages give None or are left out."""
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    found: list[tuple[int, str | None, str]] = []
+    seen_from = False
+    for i, (_, line) in enumerate(_instructions(dockerfile)):
+        word, _, rest = line.partition(" ")
+        word = word.upper()
+        if word == "ARG" and not seen_from:  # only ARGs before the first FROM reach FROM lines
+            for decl in rest.split():
+                key, _, value = decl.partition("=")
+                args[key] = value.strip("'\"")
+        elif word == "FROM":
+            seen_from = True
+            words = [w for w in rest.split() if not w.startswith("--")]
+            if not words:
+                continue
+            stage = words[2] if len(words) >= 3 and words[1].lower() == "as" else ""
+            uses_base = bool(re.search(r"\$\{?BASE\b", words[0]))
+
+            def value(m: re.Match) -> str:
+                key = m.group(1) or m.group(3)
+                return args.get(key) or (m.group(2) or "")
+
+            image = _VAR.sub(value, words[0])
+            if stage:
+                stages.add(stage.lower())
+            if uses_base and not args.get("BASE"):
+                found.append((i, None, stage))
+            elif image and image.lower() != "scratch" and image.lower() not in stages - {stage.lower()}:
+                found.append((i, image, stage))
+    return found
+
+
+def from_images(dockerfile: str) -> list[str]:
+    """The images a Dockerfile's FROM lines name, other than the project's base (`${BASE}`),
+    `scratch` and its own stages."""
+    return [image for _, image, _ in _from_parts(dockerfile) if image is not None]
+
+
+def image_id(tag: str, url: str | None = None) -> str | None:
+    """Engine `url`'s id of image `tag`, or None where it lacks it."""
+    try:
+        return client(url).images.get(tag).id
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.DockerException as e:
+        raise ImageError(f"Docker engine error while looking up {tag}: {e}") from e
+
+
+def missing_line(image: str, dockerfile: str | os.PathLike) -> str:
+    """The one line for a FROM image this machine lacks (nothing is ever pulled)."""
+    return (f"{dockerfile} starts FROM {image}, which this machine does not have (images are never pulled): "
+            f"load it with `docker load -i FILE.tar` (FILE.tar from `docker save {image}` where it exists)")
+
+
+def layer_tag(context_dir: str | os.PathLike, name: str, base: str | None = None, *from_ids: str) -> str:
+    """The tag `build_image` gives the layer from `context_dir` on `base` (None: the base image);
+    `from_ids` ("image=id") for a Dockerfile whose FROM lines name images of their own."""
+    return f"{REPO}/{name}:{recipe_hash(context_dir, base or base_tag(), *from_ids)}"
+
+
 def build_image(context_dir: str | os.PathLike, base: str | None = None, name: str | None = None,
-                url: str | None = None) -> str:
-    """Build (or find) a layer on `base` from `context_dir`, whose Dockerfile starts with
-    `ARG BASE` / `FROM ${BASE}`; built with no network on engine `url` (None: the primary), or
-    copied there from an engine that has it. Returns its tag `openclaw/<name>:<hash>`."""
+                url: str | None = None, substitute: str | None = None, timeout: float = BUILD_TIMEOUT_S) -> str:
+    """Build (or find) a layer from `context_dir` on engine `url` (None: the primary), with no
+    network, or copy it there from an engine that has it. Its Dockerfile starts either with
+    `ARG BASE` / `FROM ${BASE}` (`base`, default the project's base) or FROM images the engine
+    has; a FROM image it lacks is built on `substitute` instead (`base`: the project's base; or
+    a local tag), and without one is an ImageError with `missing_line`. Returns its tag
+    `openclaw/<name>:<hash>` (the hash covers the context, the base and each FROM image's id)."""
     ctx = Path(context_dir).resolve()
     if not (ctx / "Dockerfile").is_file():
         raise ImageError(f"{ctx} has no Dockerfile")
     url = engine.primary() if url is None else url
     name = name or ctx.name
-    tag = f"{REPO}/{name}:{recipe_hash(ctx, base or base_tag())}"
+    text = (ctx / "Dockerfile").read_text()
+    parts = _from_parts(text)
+    ids = {image: image_id(image, url) for _, image, _ in parts if image is not None}
+    missing = [image for image, found in ids.items() if found is None]
+    if missing and substitute is None:
+        raise ImageError(missing_line(missing[0], ctx / "Dockerfile"))
+    sub = ensure_image("base", url) if missing and substitute == "base" else substitute if missing else None
+    if sub is not None and image_id(sub, url) is None:
+        raise ImageError(f"the substitute base {sub} is not on this machine either")
+    tag = layer_tag(ctx, name, base, *(f"{image}={found or sub}" for image, found in sorted(ids.items())))
     if image_exists(tag, url):
         return tag
     with _build_lock():
         if image_exists(tag, url) or _from_peer(tag, url):
             return tag
-        base = ensure_image("base", url) if base is None else base
-        if not image_exists(base, url) and not _from_peer(base, url):
-            raise ImageError(f"base image {base} of {tag} is on no engine that answers")
-        _log(f"docker build --network none {ctx} -> {tag} on {engine.name(url)}")
-        try:
-            client(url).images.build(
-                path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none",
-                rm=True, forcerm=True, labels={"openclaw.recipe": tag}, timeout=BUILD_TIMEOUT_S,
-            )
-        except docker.errors.BuildError as e:
-            tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-3000:]
-            raise ImageError(f"docker build of {tag} failed: {e.msg}\n{tail}") from e
-        except docker.errors.DockerException as e:
-            raise ImageError(f"docker build of {tag} failed: {e}") from e
+        if any(image is None for _, image, _ in parts):
+            base = ensure_image("base", url) if base is None else base
+            if not image_exists(base, url) and not _from_peer(base, url):
+                raise ImageError(f"base image {base} of {tag} is on no engine that answers")
+        with tempfile.TemporaryDirectory(prefix="openclaw-dockerfile-") as tmp:
+            dockerfile = None
+            if missing:  # the same Dockerfile with each missing FROM image replaced (outside the context)
+                instrs = _instructions(text)
+                for i, image, stage in parts:
+                    if image in missing:
+                        instrs[i] = (f"FROM {sub}" + (f" AS {stage}" if stage else "") + "\n", "")
+                dockerfile = os.path.join(tmp, "Dockerfile")
+                Path(dockerfile).write_text("".join(raw for raw, _ in instrs))
+                _log(f"{', '.join(missing)} not here: building {ctx} on {sub}")
+            _log(f"docker build --network none {ctx} -> {tag} on {engine.name(url)}")
+            try:
+                client(url).images.build(
+                    path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs={"BASE": base} if base else None,
+                    network_mode="none", pull=False, rm=True, forcerm=True, labels={"openclaw.recipe": tag},
+                    timeout=timeout,
+                )
+            except docker.errors.BuildError as e:
+                tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-3000:]
+                raise ImageError(f"docker build of {tag} failed: {e.msg}\n{tail}") from e
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+                raise ImageError(f"docker build of {tag} failed (build timeout {timeout:g} s): {e}") from e
         _drop_stale(tag, url)
     return tag
 
@@ -300,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             for url in engine.live_hosts() if args.host else [None]:
                 print(f"base: {base_tag()} built={image_exists(base_tag(), url)}" + (f" on {engine.name(url)}" if url else ""))
                 for name in recipe_names():
-                    tag = f"{REPO}/{name}:{recipe_hash(RECIPES / name, base_tag())}"
+                    tag = layer_tag(RECIPES / name, name)
                     print(f"{name}: {tag} built={image_exists(tag, url)}")
     except (ImageError, docker.errors.DockerException) as e:
         print(f"[images] {e}", file=sys.stderr)

@@ -22,7 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envs.sandbox import engine, placement, sweeper
-from envs.sandbox.docker import API_ERRORS, DEFAULT_USER, VERIFIER_CAPS, DockerSandbox, create_container, remove_container
+from envs.sandbox.docker import (
+    API_ERRORS, DEFAULT_USER, ROOT_CAPS, VERIFIER_CAPS, DockerSandbox, create_container, remove_container,
+)
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import Limits, SandboxError
 
@@ -79,11 +81,10 @@ _swept_for_pid = 0
 
 
 class WarmPool:
-    def __init__(self, image: str, limits: Limits, size: int = 4, user: str = DEFAULT_USER,
+    def __init__(self, image: str, limits: Limits, size: int = 4, user: str | None = DEFAULT_USER,
                  deadline_s: float = sweeper.DEFAULT_DEADLINE_S, fillers: int = FILLERS_PER_POOL,
                  workdir: str | None = None, verifier: bool = False):
-        self.image, self.limits, self.size, self.user = image, limits, max(0, size), user
-        self.caps = VERIFIER_CAPS if verifier else ()
+        self.image, self.limits, self.size = image, limits, max(0, size)
         self.deadline_s = deadline_s
         live = engine.live_hosts()
         if not live:
@@ -94,6 +95,9 @@ class WarmPool:
         except API_ERRORS as e:
             raise SandboxError(f"image {image} not found (python -m envs.sandbox.images build): {e}") from e
         image_workdir = cfg.get("WorkingDir") or "/"
+        self.user = user if user is not None else (cfg.get("User") or "root")  # None: the image's USER
+        root = self.user.partition(":")[0] in ("root", "0")
+        self.caps = (ROOT_CAPS if root else VERIFIER_CAPS) if verifier else ()
         if workdir is not None and not workdir.startswith("/"):
             raise ValueError(f"workdir must be an absolute path, got {workdir!r}")
         self.workdir = workdir or image_workdir
@@ -160,6 +164,8 @@ class WarmPool:
         sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release, make_workdir=self._make_workdir, url=url)
         try:
             sb.start_shell()
+            if sb._uid == 0 and self.caps == VERIFIER_CAPS:  # a user name that is uid 0 would hold DAC_READ_SEARCH
+                raise SandboxError(f"user {self.user!r} of {self.image} is uid 0: name it root")
         except SandboxError:
             _remove_later(cid, url)
             raise
@@ -250,11 +256,12 @@ def _quiet_remove(cid: str, url: str) -> None:
         placement.release(url)
 
 
-def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str = DEFAULT_USER,
+def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str | None = DEFAULT_USER,
              deadline_s: float = sweeper.DEFAULT_DEADLINE_S, workdir: str | None = None,
              verifier: bool = False) -> WarmPool:
     """The process's pool for (image, limits, user, workdir, verifier), created (and the host
-    swept) on first use; a larger `pool_size` than the pool has grows it."""
+    swept) on first use; a larger `pool_size` than the pool has grows it. `user` None: the
+    image's USER (root when it names none)."""
     global _swept_for_pid
     key = (image, limits, user, workdir, verifier)
     with _pools_lock:

@@ -1,6 +1,7 @@
 """The bundled SWE instances: small Python libraries written for this project (repos/<name>/)
 with realistic bugs (bugs/<name>.yaml), turned into SWE-bench records, and one Docker image per
-library that holds its git history (every instance's base commit) and an offline pytest.
+instance that holds the repository with only its base commit's history (snapshot.py) and an
+offline pytest (a layer all instances share).
 
 A bug is a snippet of the finished library (`fixed`) and what it looks like broken (`buggy`),
 the test file(s) that catch it (`tests`) and an issue text. history.py makes the commits; the
@@ -21,30 +22,31 @@ from typing import Any
 
 import yaml
 
-from envs.swe import history
+from envs.swe import history, snapshot
 
 HERE = Path(__file__).resolve().parent
 REPOS = HERE / "repos"
 BUGS = HERE / "bugs"
 OWNER = "openclaw"
 WORKDIR = "/testbed"
-# pytest and what it imports, copied from this venv into each image (docker build has no network)
+# pytest and what it imports, copied from this venv into the images (docker build has no network)
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
-DOCKERFILE = f"""ARG BASE
-FROM ${{BASE}}
-COPY vendor /opt/openclaw-pytest
+# The Dockerfile lines that put the vendored packages on the image's python3 path (own-repo
+# images, envs/swe/build.py, use them too), and /testbed after them: the tests import the
+# repository's own package from there, while the eval script keeps the working directory off
+# sys.path (grading.CLEAN_ENV), so nothing in /testbed shadows the stdlib or the test runner.
+VENDOR_STEP = f"""COPY vendor /opt/openclaw-pytest
 RUN d=$(python3 -c "import site; print(site.getsitepackages()[0])") && mkdir -p "$d" \\
-    && echo /opt/openclaw-pytest > "$d/openclaw-pytest.pth" && python3 -m pytest --version
-COPY repo /build/repo
-COPY history.py bugs.json /build/
-RUN python3 /build/history.py /build/repo /build/bugs.json {WORKDIR} && chown -R agent:agent {WORKDIR} \\
-    && rm -rf /build
-ENV PYTHONDONTWRITEBYTECODE=1
-WORKDIR {WORKDIR}
+    && printf '/opt/openclaw-pytest\\n{WORKDIR}\\n' > "$d/openclaw-pytest.pth" && python3 -m pytest --version
+"""
+# the layer every instance's image starts from; an instance's own adds only its repository
+TOOLS_DOCKERFILE = "ARG BASE\nFROM ${BASE}\n" + VENDOR_STEP + f"ENV PYTHONDONTWRITEBYTECODE=1\nWORKDIR {WORKDIR}\n"
+DOCKERFILE = "ARG BASE\nFROM ${BASE}\n" + f"""COPY repo.bundle /build/
+RUN {snapshot.unpack_step("/build/repo.bundle", WORKDIR)} && chown -R agent:agent {WORKDIR} && rm -rf /build
 """
 
 _image_lock = threading.Lock()
-_images: dict[str, str] = {}  # repo name -> tag, this process
+_images: dict[str, dict[str, str]] = {}  # repo name -> {instance_id: tag}, this process
 builds: list[str] = []  # tags this process built (not found ready): the benchmark counts them
 
 
@@ -91,7 +93,7 @@ def _repo_records(name: str) -> list[dict[str, Any]]:
                 "hints_text": "",
                 "created_at": "2024-01-01T00:00:00Z",
                 "version": str(spec["version"]),
-                "environment_setup_commit": shas["initial"],
+                "environment_setup_commit": base,  # the image is set up at the base commit
                 "FAIL_TO_PASS": json.dumps(f2p),
                 "PASS_TO_PASS": json.dumps(p2p),
             })
@@ -120,12 +122,13 @@ def is_bundled(record: dict[str, Any]) -> bool:
     return owner == OWNER and (BUGS / f"{name}.yaml").is_file()
 
 
-def _vendor_pytest(dest: Path) -> None:
+def vendor_packages(dest: Path, packages: tuple[str, ...] = PYTEST_PACKAGES) -> None:
+    """Copy `packages` (pure Python) with their metadata from this venv into folder `dest`."""
     dest.mkdir()
-    for mod in PYTEST_PACKAGES:
+    for mod in packages:
         spec = importlib.util.find_spec(mod)
         if spec is None or spec.origin is None:
-            raise RuntimeError(f"{mod} is not installed in this venv: the SWE images copy pytest from it")
+            raise RuntimeError(f"{mod} is not installed in this venv: the SWE images copy it from there")
         origin = Path(spec.origin)
         if origin.name == "__init__.py":
             shutil.copytree(origin.parent, dest / origin.parent.name,
@@ -138,26 +141,47 @@ def _vendor_pytest(dest: Path) -> None:
                 shutil.copytree(info, dest / info.name)
 
 
-def repo_image(name: str) -> str:
-    """The Docker tag of library `name`'s image, built on first use (one per library, shared by
-    all its instances and reused across processes while its recipe is unchanged)."""
+def repo_images(name: str) -> dict[str, str]:
+    """{instance_id: Docker tag} of library `name`'s instances, built on first use (each on one
+    shared pytest layer; reused across processes while their content is unchanged)."""
     from envs.sandbox import images
 
     with _image_lock:
         if name in _images:
             return _images[name]
         with tempfile.TemporaryDirectory(prefix=f"openclaw-swe-ctx-{name}-") as tmp:
-            ctx = Path(tmp)
-            (ctx / "Dockerfile").write_text(DOCKERFILE)
-            shutil.copytree(REPOS / name, ctx / "repo", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
-            shutil.copy2(history.__file__, ctx / "history.py")
-            (ctx / "bugs.json").write_text(json.dumps(load_bugs(name)["bugs"], sort_keys=True))
-            _vendor_pytest(ctx / "vendor")
-            base = images.ensure_image("base")
-            expected = f"{images.REPO}/swe-{name}:{images.recipe_hash(ctx, base)}"
-            existed = images.image_exists(expected)
-            tag = images.build_image(ctx, base=base, name=f"swe-{name}")
-            if not existed:
-                builds.append(tag)
-        _images[name] = tag
-        return tag
+            tools = Path(tmp) / "tools"
+            tools.mkdir()
+            (tools / "Dockerfile").write_text(TOOLS_DOCKERFILE)
+            vendor_packages(tools / "vendor")
+            base = _build(tools, "swe-pytest", images.ensure_image("base"))
+            repo = os.path.join(tmp, "repo")
+            shas = history.build(str(REPOS / name), load_bugs(name)["bugs"], repo)
+            tags = {}
+            for bug in load_bugs(name)["bugs"]:
+                ctx = Path(tmp) / f"bug-{bug['id']}"
+                ctx.mkdir()
+                (ctx / "Dockerfile").write_text(DOCKERFILE)
+                snapshot.bundle(repo, shas[bug["id"]], ctx / "repo.bundle")
+                tags[f"{OWNER}__{name}-{bug['id']}"] = _build(ctx, f"swe-{name}-{bug['id']}", base)
+        _images[name] = tags
+        return tags
+
+
+def _build(ctx: Path, name: str, base: str) -> str:
+    from envs.sandbox import images
+
+    existed = images.image_exists(images.layer_tag(ctx, name, base))
+    tag = images.build_image(ctx, base=base, name=name)
+    if not existed:
+        builds.append(tag)
+    return tag
+
+
+def instance_image(record: dict[str, Any]) -> str:
+    """The Docker tag of a bundled record's image. KeyError for an id the library lacks."""
+    name = str(record["repo"]).split("/", 1)[1]
+    tags = repo_images(name)
+    if record["instance_id"] not in tags:
+        raise KeyError(f"{record['instance_id']} is not a bundled instance of {name} (those: {', '.join(tags)})")
+    return tags[record["instance_id"]]

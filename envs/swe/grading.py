@@ -18,6 +18,14 @@ plugins); and setup.cfg / pyproject.toml as whole files when either side has a p
 ([tool:pytest], [pytest], [tool.pytest...]): a section cannot be reverted alone without parsing
 the format, and a fix rarely needs to change such a file together with its test settings. The
 rest of such a file (packaging, dependencies) stays the agent's when it has no pytest section.
+
+Nor may a patch put a module in front of the test runner: the eval script runs with
+PYTHONSAFEPATH=1 (CLEAN_ENV), so `python3 -m pytest` in /testbed does not put the working
+directory first on sys.path, where a /testbed/pytest.py or json.py would run instead of pytest or
+the stdlib (images built here append /testbed to sys.path after site-packages instead, so the
+tests still import the repository's package). Python < 3.11 ignores the variable, so a module the
+patch adds at the top of the repository (or of src/) under the name of a stdlib module or a test
+runner package (`SHADOWED`) is reverted too, which also covers a name the image lacks (readline).
 What remains out of reach: source code the tests import can still patch the test framework at
 import time (docs/threat_model.md).
 
@@ -45,6 +53,7 @@ from typing import Any
 
 from envs.sandbox import Sandbox
 from envs.sandbox.shell import bash_quote
+from envs.swe.bundled import PYTEST_PACKAGES
 
 WORKDIR = "/testbed"
 SCRATCH = "/tmp/openclaw-swe"  # outside the repository, so `git diff` never sees it
@@ -57,8 +66,18 @@ _TEST_INFRA = re.compile(
 )
 _SETTINGS_FILE = re.compile(r"(^|/)(setup\.cfg|pyproject\.toml)$")
 _PYTEST_SECTION = re.compile(r"^\s*\[\s*(tool:pytest|pytest|tool\.pytest[^\]]*)\s*\]", re.M)
-# Fixed for the eval script: nothing the image's shell could carry in changes how tests run.
-CLEAN_ENV = "env -u BASH_ENV -u ENV -u PYTHONSTARTUP -u PYTEST_ADDOPTS -u PYTEST_PLUGINS PYTHONNOUSERSITE=1"
+# Fixed for the eval script: nothing the image's shell could carry in changes how tests run, and
+# the working directory is not put first on sys.path (Python >= 3.11; see the module docstring).
+CLEAN_ENV = "env -u BASH_ENV -u ENV -u PYTHONSTARTUP -u PYTEST_ADDOPTS -u PYTEST_PLUGINS PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1"
+# Module names a new top-level module of the repository may not take: the standard library's and
+# those of pytest and what it imports (also in older pytest versions).
+SHADOWED = frozenset(sys.stdlib_module_names) | frozenset(PYTEST_PACKAGES) | {
+    "tomli", "exceptiongroup", "colorama", "attr", "attrs", "more_itertools", "atomicwrites", "wcwidth",
+    "importlib_metadata", "zipp", "typing_extensions", "six", "setuptools", "pkg_resources", "_distutils_hack",
+    "sitecustomize", "usercustomize"}
+# a path's top-level module (its folder, or the file itself with a module suffix) at the top or
+# under src/, and the module's name
+_TOP_MODULE = re.compile(r"^((?:src/)?([A-Za-z_]\w*)(?:\.[^/]*)?\.(?:py|pyc|pyw|so|pyd)$|(?:src/)?([A-Za-z_]\w*)(?=/))")
 
 
 def _harness() -> types.SimpleNamespace:
@@ -97,6 +116,12 @@ def test_files(record: dict[str, Any]) -> list[str]:
         if "::" in test and path not in files:
             files.append(path)
     return files
+
+
+def is_test_infra(path: str) -> bool:
+    """Whether a path is a test file or test infrastructure by its name alone (see the module
+    docstring); grading puts such files back to base_commit whatever the patch did to them."""
+    return bool(_TEST_INFRA.search(path))
 
 
 def heredoc(path: str, text: str) -> str:
@@ -152,6 +177,7 @@ class Grade:
     report: dict[str, Any]  # swebench's per-instance report (with tests_status when the tests ran)
     log: str  # the eval log (apply output, test output, markers)
     reverted: list[str] = dataclasses.field(default_factory=list)  # test infrastructure put back to base
+    statuses: dict[str, str] = dataclasses.field(default_factory=dict)  # every test the log parser saw -> its status
 
     def summary(self) -> str:
         if not self.patch_applied:
@@ -172,6 +198,11 @@ class Grade:
                 ok, bad = len(status[key]["success"]), len(status[key]["failure"])
                 lines.append(f"{key}: {ok} passed, {bad} failed" + (f" ({', '.join(status[key]['failure'][:5])})" if bad else ""))
         return "\n".join(lines)
+
+
+def passed(test: str, statuses: dict[str, str]) -> bool:
+    """Whether `test` passed in a Grade's statuses, by swebench's own rule (PASSED or XFAIL)."""
+    return bool(_harness().grading.test_passed(test, statuses))
 
 
 def checkout_base(sb: Sandbox, base_commit: str, timeout: float = 60.0) -> None:
@@ -195,12 +226,16 @@ def restore_test_infra(sb: Sandbox, record: dict[str, Any]) -> list[str]:
     base = str(record["base_commit"])
     changed = [p for p in _git(sb, f"git add -A && git diff --cached --no-renames --name-only -z {base}").split("\0") if p]
     named = set(test_files(record))
-    infra = [p for p in changed if p in named or _TEST_INFRA.search(p)]
+    infra = [p for p in changed if p in named or is_test_infra(p)]
     for p in (p for p in changed if _SETTINGS_FILE.search(p)):
         q = bash_quote(p)
         sides = sb.exec(f"git show {base}:{q}; cat -- {q}", timeout=30, max_output=1 << 20, workdir=WORKDIR).stdout
         if _PYTEST_SECTION.search(sides):
             infra.append(p)
+    shadows = {p: m.group(1) for p in changed if (m := _TOP_MODULE.match(p)) and (m.group(2) or m.group(3)) in SHADOWED}
+    new = {top for top in set(shadows.values())
+           if not sb.exec(f"git cat-file -e {base}:{bash_quote(top)}", timeout=30, workdir=WORKDIR).ok}
+    infra += [p for p, top in shadows.items() if top in new and p not in infra]
     for p in infra:
         q = bash_quote(p)
         _git(sb, f"if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; "
@@ -244,7 +279,8 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: 
     try:
         prediction = {"instance_id": spec.instance_id, "model_name_or_path": "openclaw", "model_patch": patch}
         report = h.grading.get_eval_report(spec, prediction, path, include_tests_status=True)[spec.instance_id]
+        statuses = h.grading.get_logs_eval(spec, path)[0]
     finally:
         os.unlink(path)
     return Grade(resolved=bool(report.get("resolved")), patch_applied=applied, timed_out=timed_out,
-                 report=report, log=text, reverted=reverted)
+                 report=report, log=text, reverted=reverted, statuses=statuses)

@@ -1,20 +1,17 @@
-"""Build a bundled repository's git history: one commit of the finished library, then one
-commit per bug on top of it (the bug put in, its tests taken out): that is the bug's
-base_commit, and `git diff base_commit initial` splits into its gold patch and test patch.
+"""Build a bundled repository's git history: one commit of the finished library (`initial`),
+and per bug a root commit of the library with the bug put in and its tests taken out: that is
+the bug's base_commit, and `git diff base_commit initial` splits into its gold patch and test
+patch. A base commit has no parent: the finished library is not in its history, so an image
+holding that history alone (snapshot.py) holds no trace of the fix.
 
-Commit ids depend only on content, author, date and message, all fixed here, so the host
-(which writes the instance records) and `docker build` (which runs this file with the image's
-python3 and git) get the same ids. Standard library only, for that reason.
-
-    python3 history.py SRC_DIR BUGS_JSON DEST_DIR     # prints {bug id: base commit} as JSON
+Commit ids depend only on content, author, date and message, all fixed here, so the instance
+records and the images, made in different processes, name the same commits.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 
 _ENV = {
     "GIT_AUTHOR_NAME": "OpenClaw", "GIT_AUTHOR_EMAIL": "swe@openclaw.invalid",
@@ -46,7 +43,7 @@ def build(src: str, bugs: list[dict], dest: str) -> dict[str, str]:
     shas = {"initial": git(dest, "rev-parse", "HEAD").strip()}
     for bug in bugs:
         bid = str(bug["id"])
-        git(dest, "checkout", "-q", "-b", f"base-{bid}", shas["initial"])
+        git(dest, "checkout", "-q", "--orphan", f"base-{bid}", shas["initial"])
         path = os.path.join(dest, bug["file"])
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -54,15 +51,9 @@ def build(src: str, bugs: list[dict], dest: str) -> dict[str, str]:
             raise ValueError(f"bug {bid}: the fixed code occurs {text.count(bug['fixed'])} times in {bug['file']} (need 1)")
         with open(path, "w", encoding="utf-8") as f:
             f.write(text.replace(bug["fixed"], bug["buggy"]))
-        git(dest, "rm", "-q", "--", *bug["tests"])
+        git(dest, "rm", "-q", "-f", "--", *bug["tests"])  # -f: on an orphan branch every file is staged
         git(dest, "commit", "-q", "-a", "-m", f"State before issue {bid}")
         shas[bid] = git(dest, "rev-parse", "HEAD").strip()
     git(dest, "checkout", "-q", INITIAL_BRANCH)
     return shas
 
-
-if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
-    with open(sys.argv[2], encoding="utf-8") as f:
-        print(json.dumps(build(sys.argv[1], json.load(f), sys.argv[3])))

@@ -5,7 +5,9 @@ FAIL_TO_PASS and PASS_TO_PASS (SWE-bench, SWE-bench Verified, SWE-Gym and SWE-sm
 `patch` (the gold patch) gives the task its oracle; version and environment_setup_commit are
 kept as they are. The image is the record's `image` / `image_name` / `docker_image` field, else
 SWE-bench's own name for the instance's eval image (`sweb.eval.x86_64.<id>:latest`, also with the
-`swebench/` namespace), which must already exist on this machine: nothing is pulled.
+`swebench/` namespace), which must already exist on this machine: nothing is pulled
+(`python -m envs.swe.build` builds one for a local repository). Optional: `user` (who runs the
+episode and the tests), `test_cmd`, `eval_script`, `log_parser`, `eval_type` (grading.py).
 """
 from __future__ import annotations
 
@@ -66,7 +68,10 @@ def resolve_image(record: dict[str, Any]) -> str:
     """The image the record runs in, found on any configured Docker engine (the sandbox then
     goes where it is). Raises InstanceError naming what was looked for."""
     if bundled.is_bundled(record) and not any(record.get(k) for k in IMAGE_FIELDS):
-        return bundled.repo_image(str(record["repo"]).split("/", 1)[1])
+        try:
+            return bundled.instance_image(record)
+        except KeyError as e:
+            raise InstanceError(e.args[0]) from None
     from envs.sandbox import placement
 
     tried = image_candidates(record)

@@ -31,7 +31,8 @@ Statuses:
                   the episode ends with outcome -1 and no tests.
   infra_error     the sandbox failed (container died, daemon error, setup or image build
                   failed): not the agent's fault; the episode ends without an outcome.
-  timeout         the episode deadline (`episode_timeout_s`) passed before this action.
+  timeout         the episode deadline (`episode_timeout_s`, or task.toml's shorter [agent] timeout_sec,
+                  counted from when the sandbox is ready) passed before this action.
 
 Rules verdict (next_state.data["verdict"], read by the project's rules judge):
   -1  the action failed: invalid action, a command with a non-zero exit code, killed at its
@@ -43,9 +44,18 @@ Progress on the checked outputs is not scored per step: the tests are hidden fro
 
 Backends: `sandbox="docker"` (default; tasks with environment/Dockerfile need it: the image is
 built once with no network and cached by content hash) or "bwrap" (tasks with setup.sh only).
+On docker the agent and the verifier run as the task image's USER (Harbor's default: root) in
+its WORKDIR; the bundled images name the non-root `agent`. bwrap has no images: its agent is
+an unprivileged uid of its own in /work, whatever the task.
+Harbor's task.toml (tasks.py) sets per task: the episode deadline (the smaller of it and
+`episode_timeout_s`), the verifier's timeout, the image build's timeout, and the sandbox's
+cpus, memory and disk cap in place of this env's. A Dockerfile FROM an image this machine lacks
+stops the env at construction with one line, unless `base_image` names a substitute (`base`:
+the project's Debian image, which has bash and python3; or any local tag): nothing is pulled.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -94,6 +104,7 @@ class TerminalEnv(AgentEnv):
         max_command_chars: int = 100_000,
         pool_size: int = 4,
         memory_mb: int = 1024,
+        base_image: str | None = None,
     ):
         super().__init__(max_turns=max_turns)
         if sandbox not in ("docker", "bwrap"):
@@ -110,12 +121,36 @@ class TerminalEnv(AgentEnv):
         self.max_command_chars = int(max_command_chars)
         self.pool_size = int(pool_size)
         self.limits = Limits(memory_mb=int(memory_mb), pids=256, cpus=1.0, disk_mb=2048)
+        self.base_image = base_image
+        if sandbox == "docker":
+            self._check_from_images()
         self._images: dict[str, str] = {}  # task dir ("" for the default image) -> image tag
         self._sb: Sandbox | None = None
         self._broken: str | None = None  # why this episode's sandbox could not be set up
         self._workdir = "/"
         self._deadline = 0.0
+        self._episode_s = self.episode_timeout_s  # this episode's deadline (task.toml may shorten it)
         self.sandbox_s = 0.0  # time spent waiting on the sandbox (benchmarks read it)
+
+    def _check_from_images(self) -> None:
+        """One line for the first task whose Dockerfile starts FROM an image this machine lacks
+        (with no substitute); nothing is pulled. Tasks on the project's base ask no engine."""
+        from envs.sandbox import images  # needs the docker package: imported only for docker
+
+        if self.base_image is not None:
+            return
+        for task in self._tasks.values():
+            dockerfile = Path(task.meta["dir"]) / "environment" / "Dockerfile"
+            if not task.meta["dockerfile"]:
+                continue
+            for image in images.from_images(dockerfile.read_text()):
+                try:
+                    found = images.image_id(image)
+                except images.ImageError as e:  # an engine error, or a name it refuses
+                    raise ValueError(f"{dockerfile}: FROM {image}: {e}") from None
+                if found is None:
+                    raise ValueError(images.missing_line(image, dockerfile)
+                                     + ", or build on a substitute: env.base_image=base (the project's Debian image) or a local tag")
 
     # ---- AgentEnv hooks ----------------------------------------------------------------
     def task_ids(self) -> list[str]:
@@ -144,7 +179,7 @@ class TerminalEnv(AgentEnv):
 
     def _start(self, task: Task) -> NextState | None:
         self._broken = None
-        self._deadline = time.monotonic() + self.episode_timeout_s
+        self._episode_s = min(self.episode_timeout_s, task.meta["agent_timeout_s"] or self.episode_timeout_s)
         t0 = time.monotonic()
         try:
             self._sb = self._open(task)
@@ -155,18 +190,23 @@ class TerminalEnv(AgentEnv):
             self._broken = f"{type(e).__name__}: {e}"
         finally:
             self.sandbox_s += time.monotonic() - t0
+        self._deadline = time.monotonic() + self._episode_s  # the agent's time starts once its sandbox is ready
         return None
 
     def _open(self, task: Task) -> Sandbox:
+        limits = dataclasses.replace(self.limits, **task.meta["limits"])
         if self.backend == "bwrap":
-            return open_sandbox("bwrap", None, self.limits)
+            return open_sandbox("bwrap", None, limits)
         from envs.sandbox import images  # needs the docker package: imported only for docker
 
         key = task.meta["dir"] if task.meta["dockerfile"] else ""  # "": the default sandbox image
         if key not in self._images:  # looked up (or built) once per env, not per episode
-            self._images[key] = (images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}")
+            build = {"timeout": task.meta["build_timeout_s"]} if task.meta["build_timeout_s"] else {}
+            self._images[key] = (images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}",
+                                                    substitute=self.base_image, **build)
                                  if key else images.ensure_image("sandbox"))
-        return open_sandbox("docker", self._images[key], self.limits, pool_size=self.pool_size, verifier=True)
+        # user None: the image's USER (root when it names none), as Harbor runs its tasks
+        return open_sandbox("docker", self._images[key], limits, pool_size=self.pool_size, verifier=True, user=None)
 
     def _setup(self, task: Task) -> None:
         assert self._sb is not None
@@ -181,7 +221,7 @@ class TerminalEnv(AgentEnv):
             return self._infra(f"the task's sandbox could not be set up ({self._broken})")
         left = self._deadline - time.monotonic()
         if left <= 0:
-            return StepResult(NextState("tool", f"Episode deadline of {self.episode_timeout_s:g}s passed.", "shell",
+            return StepResult(NextState("tool", f"Episode deadline of {self._episode_s:g}s passed.", "shell",
                                         {"error": "episode deadline"}), Status.TIMEOUT)
         call, error = self._one_call(parse_action(action))
         if call is not None and call.name == "submit":

@@ -2,17 +2,23 @@
 
 A task is a folder holding:
   instruction.md          what the agent is asked to do (the prompt)
-  environment/Dockerfile  optional: a layer built locally with no network (`ARG BASE` /
-                          `FROM ${BASE}`, BASE is the project's base image tag)
+  environment/Dockerfile  optional: the task's image, built locally with no network: `ARG BASE` /
+                          `FROM ${BASE}` (BASE is the project's base image tag), or FROM any
+                          image this machine has (Harbor's own tasks); the agent and the
+                          verifier run as its USER (root when it names none) in its WORKDIR
   environment/setup.sh    optional: run in the sandbox's work dir before the episode (fast: no
                           image build); the rest of environment/ sits next to it while it runs
   tests/test.sh           the verifier: writes a reward in [0, 1] to /logs/verifier/reward.txt
   solution/solve.sh       the oracle
-  task.toml               optional: [agent] timeout_sec, [verifier] timeout_sec (Harbor's keys)
+  task.toml               optional, Harbor's keys: [agent] timeout_sec (the episode's deadline and
+                          the oracle's command timeout), [verifier] timeout_sec, [environment]
+                          build_timeout_sec, cpus, memory_mb or memory ("4G"), storage_mb or
+                          storage (the sandbox's disk cap); other keys are ignored
 A folder of such folders is a suite (`load_suite`); ours is envs/terminal/tasks/.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -22,6 +28,7 @@ from envs.tool_calls import render_tool_call
 BUNDLED = Path(__file__).resolve().parent / "tasks"
 DEFAULT_VERIFIER_TIMEOUT_S = 60.0
 DEFAULT_ORACLE_TIMEOUT_S = 120.0
+_UNITS = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
 
 
 def oracle_actions(solve_sh: str, timeout: float) -> list[str]:
@@ -31,9 +38,40 @@ def oracle_actions(solve_sh: str, timeout: float) -> list[str]:
     return [render_tool_call("bash", {"command": command, "timeout": timeout}), render_tool_call("submit", {})]
 
 
+def _megabytes(value: object, where: str) -> int:
+    """A size from task.toml ("4G", "512M", "2048Mi", or a number of bytes) in MB."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)i?b?\s*", str(value).lower())
+    if isinstance(value, bool) or m is None:
+        raise ValueError(f"{where} = {value!r} is not a size (e.g. \"4G\" or \"512M\")")
+    return max(1, int(float(m.group(1)) * _UNITS[m.group(2)]))
+
+
+def _positive(conf: dict, table: str, key: str, where: Path) -> float | None:
+    value = conf.get(table, {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{where}: [{table}] {key} = {value!r} must be a positive number")
+    return float(value)
+
+
+def _limits(conf: dict, where: Path) -> dict[str, float | int]:
+    """The sandbox limits task.toml's [environment] sets (envs.sandbox.Limits' field names)."""
+    env = conf.get("environment", {})
+    out: dict[str, float | int] = {}
+    if (cpus := _positive(conf, "environment", "cpus", where)) is not None:
+        out["cpus"] = cpus
+    for field, mb_key, size_key in (("memory_mb", "memory_mb", "memory"), ("disk_mb", "storage_mb", "storage")):
+        if (mb := _positive(conf, "environment", mb_key, where)) is not None:
+            out[field] = int(mb)
+        elif env.get(size_key) is not None:
+            out[field] = _megabytes(env[size_key], f"{where}: [environment] {size_key}")
+    return out
+
+
 def load_task(folder: str | Path) -> Task:
-    """One task folder -> Task (meta: dir, dockerfile, setup, timeouts). Raises ValueError when the
-    folder lacks instruction.md or tests/test.sh."""
+    """One task folder -> Task (meta: dir, dockerfile, setup, timeouts, limits). Raises
+    ValueError when the folder lacks instruction.md or tests/test.sh, or task.toml is bad."""
     d = Path(folder).resolve()
     missing = [p for p in ("instruction.md", "tests/test.sh") if not (d / p).is_file()]
     if missing:
@@ -44,19 +82,24 @@ def load_task(folder: str | Path) -> Task:
             conf = tomllib.loads((d / "task.toml").read_text())
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{d / 'task.toml'}: {e}") from e
-    verifier_timeout = float(conf.get("verifier", {}).get("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S))
-    oracle_timeout = float(conf.get("agent", {}).get("timeout_sec", DEFAULT_ORACLE_TIMEOUT_S))
+    toml = d / "task.toml"
+    verifier_timeout = _positive(conf, "verifier", "timeout_sec", toml) or DEFAULT_VERIFIER_TIMEOUT_S
+    agent_timeout = _positive(conf, "agent", "timeout_sec", toml)
+    build_timeout = _positive(conf, "environment", "build_timeout_sec", toml)
     solve = d / "solution" / "solve.sh"
     env_dir = d / "environment"
     return Task(
         task_id=d.name,
         prompt=(d / "instruction.md").read_text().strip(),
-        oracle=oracle_actions(solve.read_text(), oracle_timeout) if solve.is_file() else [],
+        oracle=oracle_actions(solve.read_text(), agent_timeout or DEFAULT_ORACLE_TIMEOUT_S) if solve.is_file() else [],
         meta={
             "dir": str(d),
             "dockerfile": (env_dir / "Dockerfile").is_file(),
             "setup": (env_dir / "setup.sh").is_file(),
             "verifier_timeout_s": verifier_timeout,
+            "agent_timeout_s": agent_timeout,  # None: the env's episode deadline alone
+            "build_timeout_s": build_timeout,  # None: the image module's default
+            "limits": _limits(conf, toml),  # what task.toml sets; the env's own limits fill the rest
         },
     )
 

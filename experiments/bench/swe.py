@@ -1,6 +1,6 @@
 """SWE env throughput: graded episodes per minute with the scripted oracle (edit the fix in,
 submit, grade in a fresh sandbox with swebench) at 1 and 32 concurrent episodes, and how many
-images were built (one per bundled repository, however many instances and episodes).
+images were built (one per bundled instance on one shared pytest layer, however many episodes).
 
 The images are removed first (unless --keep-images) so the build count is this run's; builds
 are timed apart from the episodes. Each concurrency level runs `--rounds` episodes per env, the
@@ -37,9 +37,8 @@ def run_oracle_episodes(n_envs: int, rounds: int, ids: list[str]) -> tuple[float
     """(seconds, episodes, resolved, images) for n_envs envs each running `rounds` oracle episodes."""
     from envs.swe.env import SWEEnv
 
-    # warm containers per image: the episodes spread over the repositories' images
-    repos = len({iid.split("__")[1].rsplit("-", 1)[0] for iid in ids})
-    envs = [SWEEnv(pool_size=max(1, -(-n_envs // repos))) for _ in range(n_envs)]
+    # warm containers per image: the episodes spread over the instances' images
+    envs = [SWEEnv(pool_size=max(1, -(-n_envs // len(set(ids))))) for _ in range(n_envs)]
 
     def run(i: int) -> tuple[int, set[str]]:
         env, resolved, images = envs[i], 0, set()
@@ -78,11 +77,11 @@ def main(argv: list[str]) -> dict:
     by_repo: dict[str, list[str]] = {}
     for r in bundled.instances():
         by_repo.setdefault(r["repo"], []).append(r["instance_id"])
-    # one instance of each repository in turn, so even a few episodes use every image
+    # one instance of each repository in turn, so even a few episodes use every repository
     ids = [iid for group in itertools.zip_longest(*by_repo.values()) for iid in group if iid]
     t0 = time.monotonic()
     for name in bundled.repo_names():
-        bundled.repo_image(name)
+        bundled.repo_images(name)
     out["build_s"] = round(time.monotonic() - t0, 1)
     images: set[str] = set()
     episodes = resolved = 0

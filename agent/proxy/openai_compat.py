@@ -1,4 +1,4 @@
-"""The OpenAI chat-completions wire format for the live-user proxy (agent/proxy.py).
+"""The OpenAI chat-completions wire format for the live-user proxy (agent/proxy/).
 
 Two directions: request messages -> the plain {role, content} messages a chat template renders,
 and a sampled reply's raw text -> an OpenAI assistant message (with `tool_calls` when the text
