@@ -55,7 +55,7 @@ class _Tokenizer:
 
     def get(self) -> Any:
         if self._tok is None and not self._failed and self.name:
-            from agent.proxy import load_tokenizer
+            from agent.policy.models import load_tokenizer
 
             try:
                 self._tok = load_tokenizer(self.name)
