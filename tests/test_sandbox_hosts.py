@@ -32,6 +32,7 @@ D2, D3 = "unix:///run/openclaw-docker2.sock", "unix:///run/openclaw-docker3.sock
 SMALL = Limits(memory_mb=256, pids=64)
 
 pytestmark = [
+    pytest.mark.serial,  # starts and kills engines, and measures each engine's load: alone, after the parallel run
     pytest.mark.docker,
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="starting extra Docker engines needs root"),

@@ -101,7 +101,7 @@ def sweep_orphans() -> int:
     """Kill browsers whose owner process is gone (a runner killed before its reaper could act)."""
     killed = 0
     for marker in set(marked_pids().values()):
-        owner = int(marker.split(":", 1)[0])
-        if not Path(f"/proc/{owner}").exists():
-            killed += kill_marked(owner_prefix(owner))
+        owner = marker.split(":", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():  # a marker naming no pid is not ours
+            killed += kill_marked(owner_prefix(int(owner)))
     return killed
