@@ -22,7 +22,7 @@ class Action:
     text: str
     prompt_ids: list[int] = dataclasses.field(default_factory=list)
     response_ids: list[int] = dataclasses.field(default_factory=list)
-    logprobs: list[float] = dataclasses.field(default_factory=list)
+    rollout_logprobs: list[float] = dataclasses.field(default_factory=list)  # the sampler's, one per response id
     finish_reason: str = ""
     policy_version: int = 0
     context_full: bool = False  # no room left in the context window: the episode must end
@@ -69,7 +69,7 @@ class ModelActor(_NoEnd):
             text=self.renderer.response_text(out.output_ids),
             prompt_ids=list(self.ids),
             response_ids=list(out.output_ids),
-            logprobs=list(out.logprobs),
+            rollout_logprobs=list(out.logprobs),
             finish_reason=out.finish_reason,
             policy_version=out.weight_version,
         )

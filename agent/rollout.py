@@ -41,7 +41,7 @@ class Episode:
     job: EpisodeJob
     turns: list[Turn]
     outcome: float | None  # None when the episode was cut by infrastructure or a deadline
-    status: str  # "ok", or the status that ended it (infra_error, timeout)
+    status: Status  # ok, or the status that ended it (infra_error, timeout)
     timeout: str | None = None  # which deadline fired: "step" or "episode"
     error: str | None = None
     duration_s: float = 0.0
@@ -165,22 +165,23 @@ class Runner:
                 except Exception as e:
                     raise _PolicyFailure(f"{type(e).__name__}: {e}") from e
                 if action.context_full:
-                    return self._finish(job, turns, outcome=env.fail_outcome, status="ok", t0=t0)
+                    return self._finish(job, turns, outcome=env.fail_outcome, status=Status.OK, t0=t0)
                 budget, which = self._budget(deadline)
                 try:
                     _, _, terminated, truncated, sinfo = await self._call(env.step, action.text, timeout=budget, which=which)
                 except _Deadline as d:
                     self._discard(env)
                     env = None
-                    turns.append(self._turn(job, turns, action, messages, tools, _harness_state("timeout", str(d), timeout=d.which), Status.TIMEOUT.value))
+                    turns.append(self._turn(job, turns, action, messages, tools, _harness_state("timeout", str(d), timeout=d.which), Status.TIMEOUT))
                     raise
                 except Exception as e:
                     self._discard(env)
                     env = None
-                    turns.append(self._turn(job, turns, action, messages, tools, _harness_state("infra_error", f"{type(e).__name__}: {e}"), Status.INFRA_ERROR.value))
+                    turns.append(self._turn(job, turns, action, messages, tools, _harness_state("infra_error", f"{type(e).__name__}: {e}"), Status.INFRA_ERROR))
                     raise
                 ns: NextState = sinfo["next_state"]
-                turn = self._turn(job, turns, action, messages, tools, ns, sinfo["status"])
+                status = Status(sinfo["status"])
+                turn = self._turn(job, turns, action, messages, tools, ns, status)
                 turns.append(turn)
                 messages = messages + [{"role": "assistant", "content": action.text}, {"role": ns.role, "content": ns.content}]
                 actor.observe(action, ns)
@@ -189,19 +190,18 @@ class Runner:
                     if asyncio.iscoroutine(r):
                         await r
                 if terminated or truncated:
-                    infra = Status(sinfo["status"]).is_infra
-                    if infra:  # the env gave up under the agent: replace it
+                    if status.is_infra:  # the env gave up under the agent: replace it
                         self._discard(env)
                         env = None
-                    return self._finish(job, turns, outcome=sinfo["outcome"], status=sinfo["status"] if infra else "ok", t0=t0)
+                    return self._finish(job, turns, outcome=sinfo["outcome"], status=status if status.is_infra else Status.OK, t0=t0)
         except _Deadline as d:
             if env is not None:  # a deadline fired in generation: the env itself is fine
                 self._idle.append(env)
                 env = None
-            return self._finish(job, turns, outcome=None, status=Status.TIMEOUT.value, t0=t0, timeout=d.which, error=str(d))
+            return self._finish(job, turns, outcome=None, status=Status.TIMEOUT, t0=t0, timeout=d.which, error=str(d))
         except _PolicyFailure as e:  # the env is fine; only this episode is lost
             log.warning("episode %s: policy failed: %s", job.episode_id, e)
-            return self._finish(job, turns, outcome=None, status=Status.INFRA_ERROR.value, t0=t0, error=f"policy: {e}")
+            return self._finish(job, turns, outcome=None, status=Status.INFRA_ERROR, t0=t0, error=f"policy: {e}")
         except PolicyUnavailable:
             raise
         except Exception as e:
@@ -209,7 +209,7 @@ class Runner:
             if env is not None:
                 self._discard(env)
                 env = None
-            return self._finish(job, turns, outcome=None, status=Status.INFRA_ERROR.value, t0=t0, error=f"{type(e).__name__}: {e}")
+            return self._finish(job, turns, outcome=None, status=Status.INFRA_ERROR, t0=t0, error=f"{type(e).__name__}: {e}")
         finally:
             if env is not None:
                 self._idle.append(env)
@@ -231,16 +231,16 @@ class Runner:
 
     @staticmethod
     def _turn(job: EpisodeJob, turns: list[Turn], action: Action, messages: list[dict[str, Any]],
-              tools: list[dict[str, Any]], ns: NextState, status: str) -> Turn:
+              tools: list[dict[str, Any]], ns: NextState, status: Status) -> Turn:
         return Turn(
             episode_id=job.episode_id, task_id=job.task_id, group_id=job.group_id, step_index=len(turns),
             policy_version=action.policy_version, prompt_ids=action.prompt_ids, response_ids=action.response_ids,
-            rollout_logprobs=action.logprobs, action=action.text, next_state=ns, status=status,
+            rollout_logprobs=action.rollout_logprobs, action=action.text, next_state=ns, status=status,
             finish_reason=action.finish_reason, messages=list(messages), tools=tools,
         )
 
     @staticmethod
-    def _finish(job: EpisodeJob, turns: list[Turn], outcome: float | None, status: str, t0: float,
+    def _finish(job: EpisodeJob, turns: list[Turn], outcome: float | None, status: Status, t0: float,
                 timeout: str | None = None, error: str | None = None) -> Episode:
         for t in turns:
             t.outcome = outcome

@@ -39,6 +39,9 @@ def cap_text(text: str, limit: int) -> str:
 
 
 class Status(str, enum.Enum):
+    """How a step went: the agent's doing (ok, invalid_action, env_error) or not (infra_error,
+    timeout). Written as its plain value in info["status"], turns.jsonl and metrics."""
+
     OK = "ok"
     INVALID_ACTION = "invalid_action"
     ENV_ERROR = "env_error"
@@ -49,6 +52,16 @@ class Status(str, enum.Enum):
     def is_infra(self) -> bool:
         """True for failures that are not the agent's doing (excluded from training)."""
         return self in (Status.INFRA_ERROR, Status.TIMEOUT)
+
+    def __str__(self) -> str:  # the plain value in logs and tables, as the JSON has it
+        return self.value
+
+
+def first_messages(system_prompt: str, user_content: str) -> list[dict[str, Any]]:
+    """An episode's opening chat: the env's system prompt (when it has one), then the task as the
+    user's message (what `reset` hands the agent in info["messages"])."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": user_content}]
 
 
 @dataclasses.dataclass
@@ -217,11 +230,7 @@ class AgentEnv(gymnasium.Env):
         self.done = False
         extra = self._start(self.task)
         user_content = self.task.prompt if extra is None else f"{self.task.prompt}\n\n{extra.content}"
-        messages: list[dict[str, Any]] = []
-        sp = self.system_prompt()
-        if sp:
-            messages.append({"role": "system", "content": sp})
-        messages.append({"role": "user", "content": user_content})
+        messages = first_messages(self.system_prompt(), user_content)
         info: dict[str, Any] = {"task_id": self.task.task_id, "messages": messages, "tools": self.tools()}
         if extra is not None:
             info["start_state"] = extra

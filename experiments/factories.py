@@ -25,7 +25,8 @@ from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merge
 from learner.judges import LLMJudge, RulesJudge
 from learner.loop import Evaluator, LoopConfig
 from learner.runlog import RunLog
-from learner.scorer import MODE_SIGNALS, NextStateScorer
+from learner.modes import Mode, mode as mode_of
+from learner.scorer import NextStateScorer
 from learner.training import Training
 
 
@@ -59,6 +60,14 @@ def loop_config(cfg: DictConfig) -> LoopConfig:
     count(cfg, "n_envs")
     return LoopConfig(steps=count(cfg, "steps"), tasks_per_step=count(cfg, "tasks_per_step"),
                       group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env))
+
+
+def run_mode(cfg: DictConfig) -> Mode:
+    """The registry's entry (learner/modes.py) for `mode.name`."""
+    try:
+        return mode_of(str(cfg.mode.name))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -328,7 +337,7 @@ def sampling_params(cfg: DictConfig) -> SamplingParams:
 
 def build_policy(cfg: DictConfig) -> Policy:
     name = str(cfg.policy.name)
-    if name in ("oracle", "random") and cfg.mode.train:
+    if name in ("oracle", "random") and run_mode(cfg).trains:
         raise ConfigError(f"policy={name} has no model to train; add mode=eval (or use policy=local)")
     if name == "oracle":
         return Policy(name, make_actor=lambda job: OracleActor())
@@ -514,14 +523,14 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
     if policy.client is None or policy.renderer is None:
         raise ConfigError(f"mode={mode} trains a model: use policy=local or policy=sglang (not {cfg.policy.name})")
     closers: list = []
-    use_prm, use_opd = MODE_SIGNALS[mode]
+    signals = run_mode(cfg)
     scorer = None
-    if use_prm or use_opd:
+    if signals.prm or signals.opd:
         judge = _build_judge(cfg, closers)
         teacher = None
-        if use_opd:
+        if signals.opd:
             teacher = _build_teacher(cfg, policy, closers)
-        scorer = NextStateScorer(judge, teacher, policy.renderer, m=int(cfg.judge.m), mode=mode)
+        scorer = NextStateScorer(judge, teacher, policy.renderer, n_votes=int(cfg.judge.n_votes), mode=mode)
     learner = await asyncio.to_thread(_build_learner, cfg)
     if hasattr(learner, "close"):  # learner=megatron under torchrun: releases the other ranks
         closers.append(learner.close)
@@ -612,7 +621,7 @@ def _build_judge(cfg: DictConfig, closers: list) -> Any:
             url, key = server.url, server.api_key
         client = ChatClient(str(url), model=model, api_key=key, timeout=float(cfg.timeouts.step_s))
         closers.append(client.aclose)
-        return LLMJudge(client, m=int(cfg.judge.m), temperature=float(cfg.judge.temperature),
+        return LLMJudge(client, n_votes=int(cfg.judge.n_votes), temperature=float(cfg.judge.temperature),
                         max_tokens=int(cfg.judge.max_tokens))
     raise ConfigError(f"unknown judge {name!r}; choose rules or llm")
 

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
-                                   build_training, close_all, eval_settings, loop_config)
+                                   build_training, close_all, eval_settings, loop_config, run_mode)
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
 from learner.evaluation import heldout_curve
 from learner.loop import run_loop
@@ -63,7 +63,8 @@ def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
                      rows_per_step=int(w.rows_per_step), seed=int(cfg.seed), tags=[str(cfg.env.name), str(cfg.mode.name)])
 
 
-async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
+async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
+    """One run end to end: build its parts, run SFT, training or the evaluation loop, stop them all."""
     closers: list = []
     settings = eval_settings(cfg)
     make_env = build_env(cfg, closers)
@@ -85,7 +86,7 @@ async def experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
         runlog.write_split(split, settings.seed)
         loop_cfg = dataclasses.replace(loop_config(cfg), task_ids=split.train, eval_every=settings.every)
         evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
-        if cfg.mode.train:
+        if run_mode(cfg).trains:
             training = await build_training(cfg, policy, runner, runlog, evaluator)
             rows = await training.run(loop_cfg)
         else:
@@ -125,7 +126,7 @@ def main(cfg: DictConfig) -> None:
     log.info("run %s -> %s", cfg.name, runlog.dir)
     runlog.add_sink(wandb_sink(cfg, runlog.dir))
     try:
-        rows = asyncio.run(experiment(cfg, runlog))
+        rows = asyncio.run(run_experiment(cfg, runlog))
     except (ConfigError, PolicyUnavailable, DemoError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
@@ -168,8 +169,22 @@ def env_options_added(argv: list[str]) -> list[str]:
     return [f"++{a}" if a.startswith("env.") and "=" in a else a for a in argv]
 
 
+# Keys renamed since command lines were written with them: old spelling -> config key.
+RENAMED = {"judge.m": "judge.n_votes"}
+
+
+def renamed_keys(argv: list[str]) -> list[str]:
+    """`judge.m=3` (and `+judge.m=3`, ...) as `judge.n_votes=3`: an old command line still runs."""
+    out = []
+    for a in argv:
+        key, eq, value = a.partition("=")
+        bare = key.lstrip("+~")
+        out.append(f"{key[:len(key) - len(bare)]}{RENAMED[bare]}={value}" if eq and bare in RENAMED else a)
+    return out
+
+
 if __name__ == "__main__":
     if (problem := unknown_env(sys.argv[1:])) is not None:
         sys.exit(problem)
-    sys.argv[1:] = env_options_added(sys.argv[1:])
+    sys.argv[1:] = env_options_added(renamed_keys(sys.argv[1:]))
     main()

@@ -1,25 +1,9 @@
 """Scored turns -> training samples, one per turn, per mode (docs/architecture.md, "Modes and loss").
 
-outcome     A = (o - mean) / std of the episode outcomes in the task group, broadcast over every
-            token of every turn of the episode; a group whose outcomes are all equal drops out.
-binary      A = PRM score in {-1, 0, +1} (group of one, not normalised); score 0 -> loss mask 0.
-            At least one turn per session (episode) is kept: when no turn of an episode has a
-            nonzero score, its first turn (lowest step index) whose next state has content is
-            given mask 1 with advantage 0 (the paper's rule: it counts in the batch, it moves
-            nothing but the KL term).
-opd         A_t = teacher_logp_t - old_logp_t; turns without an accepted hint are dropped.
-combine     A_t = w_opd (teacher_logp_t - old_logp_t) + w_rl r, by the paper's four cases:
-            hint and r = +-1 -> both terms; hint, r = 0 -> OPD term only; no hint, r = +-1 -> RL
-            term only (teacher := old, so the OPD term is 0); neither -> dropped.
-integrated  R = o + coef * mean(valid PRM votes), z-scored per (task group, step index) bucket;
-            a bucket whose values are all equal drops out. A singleton bucket (only one episode
-            of the group reached that step) has no peer to compare with, so it is z-scored
-            against all step rewards of its task group instead (the paper keeps the raw value,
-            which puts those steps on another scale); dropped if that pool is constant too.
-
-`old_logp` is the rollout log-prob. Std is the sample std (n - 1), as GRPO's. Turns with status
-infra_error or timeout leave the batch and every group statistic; so do turns without an
-outcome in the outcome-based modes (an episode ended by an infra failure has none).
+Each mode's advantage is described with its entry in learner/modes.py. Std is the sample std
+(n - 1), as GRPO's. Turns with an infra status (infra_error, timeout) leave the batch and every
+group statistic; so do turns without an outcome in the outcome-based modes (an episode ended by
+an infra failure has none).
 """
 from __future__ import annotations
 
@@ -28,12 +12,11 @@ import math
 from typing import Any, Iterable
 
 from agent.turn import Turn
+from envs.base import Status
 from learner.diagnostics import signal_yield
-from learner.parsing import mean_vote
+from learner.modes import RL_MODES, mode as mode_of, step_reward
 from learner.samples import Sample
-from learner.scorer import is_infra
 
-MODES = ("outcome", "binary", "opd", "combine", "integrated")
 EPS = 1e-6
 
 
@@ -80,16 +63,16 @@ def _broadcast(turn: Turn, value: float, mode: str, mask: int = 1) -> Sample:
 
 
 def teacher_term(turn: Turn) -> list[float] | None:
-    """teacher_logp - old_logp per token, or None when the turn has no accepted hint."""
-    opd = turn.opd or {}
-    teacher = opd.get("teacher_logprobs")
-    if not opd.get("accepted") or teacher is None or len(teacher) != len(turn.response_ids):
+    """teacher_logp - rollout_logp per token, or None when the turn has no accepted hint."""
+    opd = turn.opd
+    if opd is None or not opd.accepted or opd.teacher_logprobs is None or len(opd.teacher_logprobs) != len(turn.response_ids):
         return None
+    teacher = opd.teacher_logprobs
     return [float(t) - float(o) for t, o in zip(teacher, turn.rollout_logprobs)]
 
 
 def _prm_score(turn: Turn) -> int:
-    return int((turn.prm or {}).get("score") or 0)
+    return turn.prm.score if turn.prm is not None else 0
 
 
 def _has_next_state(turn: Turn) -> bool:
@@ -105,11 +88,11 @@ def build_samples(
     prm_coef: float = 1.0,
 ) -> tuple[list[Sample], dict[str, Any]]:
     """Samples for `mode` and the figures to log (counts, rates, signal means)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown training mode {mode!r}; choose one of {MODES}")
+    if mode not in RL_MODES:
+        raise ValueError(f"unknown training mode {mode!r}; choose one of {RL_MODES}")
     turns = list(turns)
     status_counts = collections.Counter(t.status for t in turns)
-    eligible = [t for t in turns if not is_infra(t.status)]
+    eligible = [t for t in turns if not t.status.is_infra]
     dropped: collections.Counter[str] = collections.Counter()
     samples: list[Sample] = []
 
@@ -120,7 +103,7 @@ def build_samples(
         else:
             samples.append(make())
 
-    if mode in ("outcome", "integrated"):
+    if mode_of(mode).outcome:
         with_outcome = [t for t in eligible if t.outcome is not None]
         if len(with_outcome) < len(eligible):
             dropped["no_outcome"] += len(eligible) - len(with_outcome)
@@ -161,7 +144,7 @@ def _outcome(turns: list[Turn], emit, dropped: collections.Counter) -> None:
 
 
 def _integrated(turns: list[Turn], coef: float, emit, dropped: collections.Counter) -> None:
-    reward = {id(t): float(t.outcome) + coef * mean_vote((t.prm or {}).get("votes") or []) for t in turns}
+    reward = {id(t): step_reward(t.outcome, t.prm.votes if t.prm is not None else [], coef) for t in turns}
     groups: dict[str, list[Turn]] = collections.defaultdict(list)
     for t in turns:
         groups[t.group_id].append(t)
@@ -203,22 +186,22 @@ def _binary(turns: list[Turn], emit) -> None:
 def _stats(turns: list[Turn], eligible: list[Turn], samples: list[Sample], dropped: collections.Counter, status_counts: collections.Counter) -> dict[str, Any]:
     n = len(turns)
     infra = n - len(eligible)
-    prm_scores = [t.prm["score"] for t in eligible if t.prm and "score" in t.prm]
-    opd = [t.opd for t in eligible if t.opd]
+    prm_scores = [t.prm.score for t in eligible if t.prm is not None]
+    opd = [t.opd for t in eligible if t.opd is not None]
     tokens = [(a, m) for s in samples for a, m in zip(s.advantages, s.loss_mask) if m]
     return {
         "turns": n,
         "status_counts": dict(status_counts),
         "infra_excluded": infra,
         "infra_rate": infra / n if n else 0.0,
-        "timeout_rate": status_counts.get("timeout", 0) / n if n else 0.0,
+        "timeout_rate": status_counts.get(Status.TIMEOUT, 0) / n if n else 0.0,
         "samples": len(samples),
         "samples_training": sum(1 for s in samples if s.trains),
         "samples_masked": sum(1 for s in samples if not s.trains),
         "dropped": sum(dropped.values()),
         "dropped_by_reason": dict(dropped),
         "prm_score_mean": sum(prm_scores) / len(prm_scores) if prm_scores else None,
-        "opd_accept_rate": sum(1 for o in opd if o.get("accepted")) / len(opd) if opd else None,
+        "opd_accept_rate": sum(1 for o in opd if o.accepted) / len(opd) if opd else None,
         "advantage_mean": sum(a for a, _ in tokens) / len(tokens) if tokens else None,
         "advantage_abs_mean": sum(abs(a) for a, _ in tokens) / len(tokens) if tokens else None,
         "loss_tokens": len(tokens),

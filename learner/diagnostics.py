@@ -10,7 +10,8 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from agent.turn import Turn
+from agent.turn import OPDSignal, Turn
+from envs.base import Status
 from learner.parsing import MIN_HINT_CHARS
 from learner.samples import Sample
 
@@ -27,14 +28,13 @@ REASONS = {
 }
 
 
-def hint_fate(opd: dict[str, Any]) -> str:
+def hint_fate(opd: OPDSignal) -> str:
     """Why a turn's hint was (not) used: accepted, or the reason it was dropped."""
-    if opd.get("accepted"):
+    if opd.accepted:
         return "accepted"
-    error = str(opd.get("error") or "")
-    if error:
-        return error.partition(":")[0] + "_error"  # judge_error | teacher_error
-    votes = opd.get("votes") or []
+    if opd.error:
+        return opd.error.partition(":")[0] + "_error"  # judge_error | teacher_error
+    votes = opd.votes
     if not votes:
         return "no_votes"
     if all(v is None for v in votes):
@@ -48,11 +48,11 @@ def signal_yield(turns: list[Turn], eligible: list[Turn], samples: list[Sample],
                  dropped: dict[str, int]) -> dict[str, Any]:
     """The step's signal figures (see the module docstring)."""
     out: dict[str, Any] = {}
-    prm = [t.prm for t in eligible if t.prm]
+    prm = [t.prm for t in eligible if t.prm is not None]
     if prm:
-        votes = collections.Counter("invalid" if v is None else f"{v:+d}" if v else "0" for p in prm for v in p.get("votes") or [])
+        votes = collections.Counter("invalid" if v is None else f"{v:+d}" if v else "0" for p in prm for v in p.votes)
         out["prm_votes"] = {k: votes.get(k, 0) for k in ("+1", "0", "-1", "invalid")}
-    opd = [t.opd for t in eligible if t.opd]
+    opd = [t.opd for t in eligible if t.opd is not None]
     if opd:
         fates = collections.Counter(hint_fate(o) for o in opd)
         out["hints_accepted"] = fates.pop("accepted", 0)
@@ -81,7 +81,7 @@ def why_no_signal(turns: list[Turn], eligible: list[Turn], dropped: dict[str, in
         return f"all {len(turns)} turns failed in the infrastructure (infra_error/timeout)"
     parts = []
     statuses = collections.Counter(t.status for t in eligible)
-    bad = {k: v for k, v in statuses.items() if k != "ok"}
+    bad = {k: v for k, v in statuses.items() if k != Status.OK}
     if bad:
         parts.append(", ".join(f"{v}/{len(eligible)} turns {k}" for k, v in sorted(bad.items(), key=lambda kv: -kv[1])))
     outcomes = sorted({t.outcome for t in eligible if t.outcome is not None})

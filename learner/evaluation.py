@@ -34,7 +34,7 @@ import numpy as np
 from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
 from agent.rollout import EpisodeJob, Runner
-from envs.base import AgentEnv
+from envs.base import AgentEnv, first_messages
 from envs.mix import member_of
 from learner.loop import Evaluator
 from learner.stats import Estimate, bootstrap_mean, pass_at_k, wilson
@@ -158,11 +158,7 @@ class PersonalizationEvaluator:
         self.sem = asyncio.Semaphore(concurrency)
 
     async def _one(self, i: int, task: Any) -> float:
-        messages = []
-        sp = self.env.system_prompt()
-        if sp:
-            messages.append({"role": "system", "content": sp})
-        messages.append({"role": "user", "content": task.prompt})
+        messages = first_messages(self.env.system_prompt(), task.prompt)
         async with self.sem:
             # one seed per held-out task: a fixed draw per task, different across tasks
             sampling = dataclasses.replace(self.sampling, seed=(self.sampling.seed or 0) * 1000 + i)

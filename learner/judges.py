@@ -4,11 +4,11 @@ A judge gives PRM votes (score in {1, 0, -1}, or None for a failed vote) and hin
 in {1, -1} or None, plus a hint). Two kinds:
 
 - `LLMJudge`: any chat client with `async complete(messages, temperature=, max_tokens=, n=1)
-  -> list[str]` (agent/policy/chat_client.py, or anything shaped like it). m calls run
+  -> list[str]` (agent/policy/chat_client.py, or anything shaped like it). n_votes calls run
   concurrently; an exception, a timeout or a text with no valid box is an invalid vote (None),
   never a crash.
 - `RulesJudge`: no model; reads what the env wrote into NextState.data. Deterministic, so it
-  gives one vote whatever m is asked (m equal votes would change neither majority nor mean).
+  gives one vote whatever n_votes is asked (equal votes would change neither majority nor mean).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Callable, Protocol
 
 from agent.turn import Turn
-from envs.base import NextState
+from envs.base import NextState, Status
 from learner import prompts
 from learner.parsing import HINT_VALUES, PRM_VALUES, parse_boxed, parse_hint
 
@@ -30,9 +30,9 @@ class Vote:
 
 
 class Judge(Protocol):
-    async def prm_votes(self, turn: Turn, m: int | None = None) -> list[Vote]: ...
+    async def prm_votes(self, turn: Turn, n_votes: int | None = None) -> list[Vote]: ...
 
-    async def hint_votes(self, turn: Turn, m: int | None = None) -> list[Vote]: ...
+    async def hint_votes(self, turn: Turn, n_votes: int | None = None) -> list[Vote]: ...
 
 
 class ChatCompleter(Protocol):
@@ -40,13 +40,13 @@ class ChatCompleter(Protocol):
 
 
 class LLMJudge:
-    """PRM and hint votes from a language model, m concurrent calls per turn."""
+    """PRM and hint votes from a language model, n_votes concurrent calls per turn."""
 
-    def __init__(self, client: ChatCompleter, m: int = 1, temperature: float = 0.6, max_tokens: int = 4096, timeout_s: float = 300.0) -> None:
-        if m < 1:
-            raise ValueError(f"m must be >= 1, got {m}")
+    def __init__(self, client: ChatCompleter, n_votes: int = 1, temperature: float = 0.6, max_tokens: int = 4096, timeout_s: float = 300.0) -> None:
+        if n_votes < 1:
+            raise ValueError(f"n_votes must be >= 1, got {n_votes}")
         self.client = client
-        self.m = m
+        self.n_votes = n_votes
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
@@ -63,19 +63,19 @@ class LLMJudge:
             return Vote(None, text=f"[judge error] unexpected reply {texts!r:.200}")
         return parse(texts[0])
 
-    async def _votes(self, messages: list[dict[str, Any]], m: int | None, parse: Callable[[str], Vote]) -> list[Vote]:
-        n = self.m if m is None else m
+    async def _votes(self, messages: list[dict[str, Any]], n_votes: int | None, parse: Callable[[str], Vote]) -> list[Vote]:
+        n = self.n_votes if n_votes is None else n_votes
         return list(await asyncio.gather(*(self._one(messages, parse) for _ in range(n))))
 
-    async def prm_votes(self, turn: Turn, m: int | None = None) -> list[Vote]:
-        return await self._votes(prompts.prm_messages(turn), m, lambda t: Vote(parse_boxed(t, PRM_VALUES), text=t))
+    async def prm_votes(self, turn: Turn, n_votes: int | None = None) -> list[Vote]:
+        return await self._votes(prompts.prm_messages(turn), n_votes, lambda t: Vote(parse_boxed(t, PRM_VALUES), text=t))
 
-    async def hint_votes(self, turn: Turn, m: int | None = None) -> list[Vote]:
+    async def hint_votes(self, turn: Turn, n_votes: int | None = None) -> list[Vote]:
         def parse(t: str) -> Vote:
             score = parse_boxed(t, HINT_VALUES)
             return Vote(score, hint=parse_hint(t) if score == 1 else "", text=t)
 
-        return await self._votes(prompts.hint_messages(turn), m, parse)
+        return await self._votes(prompts.hint_messages(turn), n_votes, parse)
 
 
 def _int_or_none(x: Any) -> int | None:
@@ -103,7 +103,7 @@ def generic_verdict(turn: Turn) -> tuple[int, str]:
     if verdict in PRM_VALUES:
         return verdict, str(data.get("hint") or "")
     hint = str(data.get("hint") or "")
-    if turn.status in ("invalid_action", "env_error"):
+    if turn.status in (Status.INVALID_ACTION, Status.ENV_ERROR):
         return -1, hint
     if ns.kind == "tests":
         passed, failed = _int_or_none(data.get("passed")), _int_or_none(data.get("failed"))
@@ -128,11 +128,11 @@ class RulesJudge:
     def __init__(self, rule: Callable[[Turn], tuple[int, str]] = generic_verdict) -> None:
         self.rule = rule
 
-    async def prm_votes(self, turn: Turn, m: int | None = None) -> list[Vote]:
+    async def prm_votes(self, turn: Turn, n_votes: int | None = None) -> list[Vote]:
         verdict, _ = self.rule(turn)
         return [Vote(verdict, text=f"[rules] verdict {verdict}")]
 
-    async def hint_votes(self, turn: Turn, m: int | None = None) -> list[Vote]:
+    async def hint_votes(self, turn: Turn, n_votes: int | None = None) -> list[Vote]:
         _, hint = self.rule(turn)
         if hint:
             return [Vote(1, hint=hint, text=f"[rules] hint from {turn.next_state.kind}")]

@@ -20,6 +20,7 @@ import numpy as np
 from agent import host_memory
 from agent.rollout import Episode, EpisodeJob, Runner
 from agent.turn import Turn
+from envs.base import Status
 from envs.mix import draw_weights, member_of
 from learner import diagnostics
 from learner.runlog import RunLog
@@ -90,8 +91,8 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, Any]:
         "success_rate": float(np.mean([o > 0 for o in outcomes])) if outcomes else None,
         "status_counts": dict(statuses),
         "episode_status_counts": dict(ep_status),
-        "infra_error_rate": statuses.get("infra_error", 0) / n_turns,
-        "timeout_rate": statuses.get("timeout", 0) / n_turns,
+        "infra_error_rate": statuses.get(Status.INFRA_ERROR, 0) / n_turns,
+        "timeout_rate": statuses.get(Status.TIMEOUT, 0) / n_turns,
         "turns_per_episode": len(turns) / max(1, len(episodes)),
         "response_tokens": sum(len(t.response_ids) for t in turns),
         "policy_versions": sorted({t.policy_version for t in turns}),

@@ -10,6 +10,10 @@ step per batch, so the forward pass of that step, before any weight moves, is th
 costs nothing extra). Truncated importance sampling (TIS) weights each token's policy-gradient
 term by min(exp(learner_old - rollout), cap), the standard correction for the mismatch.
 
+Names, from rollout to loss: `rollout_logprobs` are the sampler's (Turn, Sample, Batch),
+`learner_logprobs` the learner's forward pass of the step, `old_logprobs` PPO's baseline: one of
+the two, as `learner.old_logprobs` says.
+
 Tensors are flat over the response tokens of a micro-batch (no padding): `sample_index[i]` says
 which sample token i belongs to. `n_samples` is the number of samples in the whole batch
 (fully masked ones included, as in the paper), so the micro-batch losses add up to the batch
@@ -46,13 +50,13 @@ def check_old_logprobs(value: str) -> str:
     return value
 
 
-def behaviour(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, old_logprobs: str = "rollout",
+def behaviour(learner_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, old_logprobs: str = "rollout",
               tis_cap: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
     """(PPO's old log-probs, TIS weights or None, mismatch stats) for one micro-batch's loss tokens.
-    `logprobs` are the learner's before the update (the step's forward pass); stats: mean and max
+    `learner_logprobs` are the learner's before the update (the step's forward pass); stats: mean and max
     |learner - rollout| and a k3 estimate of KL(sampler || learner) (tokens were drawn by the sampler)."""
     check_old_logprobs(old_logprobs)
-    learner_old = logprobs.detach()
+    learner_old = learner_logprobs.detach()
     with torch.no_grad():
         gap = (learner_old - rollout_logprobs).abs()
         stats = {"mismatch_abs_mean": float(gap.mean()) if gap.numel() else 0.0,
@@ -96,7 +100,7 @@ def nll_loss(logprobs: torch.Tensor, sample_index: torch.Tensor, n_samples: int,
 
 
 def ppo_loss(
-    logprobs: torch.Tensor,
+    learner_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
@@ -112,8 +116,8 @@ def ppo_loss(
     """(loss, stats). Per token: w max(-r A, -clip(r, 1 - eps_low, 1 + eps_high) A) + kl_coef k3,
     w the TIS weight (1 without). Stats are means over the masked tokens of this call (plus
     `tokens`, their count)."""
-    mask = mask.to(logprobs.dtype)
-    log_ratio = (logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    mask = mask.to(learner_logprobs.dtype)
+    log_ratio = (learner_logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     unclipped = -ratio * advantages
     clipped = -ratio.clamp(1 - eps_low, 1 + eps_high) * advantages
@@ -122,7 +126,7 @@ def ppo_loss(
         per_token = per_token * tis_weights
     kl = None
     if ref_logprobs is not None:
-        kl = k3(logprobs, ref_logprobs)
+        kl = k3(learner_logprobs, ref_logprobs)
         if kl_coef:
             per_token = per_token + kl_coef * kl
     loss = sample_mean(per_token, mask, sample_index, n_samples)
@@ -138,7 +142,7 @@ def ppo_loss(
         stats = {
             "pg_loss": mean(torch.maximum(unclipped, clipped)),
             "clip_frac": mean(is_clipped.to(mask.dtype)),
-            "approx_kl": mean(k3(logprobs, old_logprobs)),  # KL(pi || pi_old), k3 estimate
+            "approx_kl": mean(k3(learner_logprobs, old_logprobs)),  # KL(pi || pi_old), k3 estimate
             "ratio_mean": mean(ratio),
             "tokens": tokens,
         }

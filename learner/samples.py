@@ -9,14 +9,14 @@ from typing import Any
 class Sample:
     prompt_ids: list[int]
     response_ids: list[int]
-    old_logprobs: list[float]  # the rollout log-probs (the behaviour policy of the PPO ratio)
+    rollout_logprobs: list[float]  # the sampler's log-probs (Turn.rollout_logprobs), one per response token
     advantages: list[float]  # one per response token
     loss_mask: list[int]  # one per response token; 0 = no loss on that token
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # episode/task/group ids, step, version
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
-        for name in ("old_logprobs", "advantages", "loss_mask"):
+        for name in ("rollout_logprobs", "advantages", "loss_mask"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Sample.{name} has {len(getattr(self, name))} entries for {n} response tokens")
 

@@ -1,11 +1,7 @@
-"""The next-state scorer: fills `turn.prm` (evaluative signal) and `turn.opd` (directive signal).
+"""The next-state scorer: fills `turn.prm` (evaluative signal, a PRMScore) and `turn.opd`
+(directive signal, an OPDSignal; both in agent/turn.py).
 
-    turn.prm = {"votes": [1, -1, None], "score": majority, "texts": [judge answers]}
-    turn.opd = {"votes": [1, None], "hints": [...], "texts": [...], "hint": best, "accepted": bool,
-                "teacher_logprobs": [...] (only when accepted)}
-
-Which signals a mode needs: binary and integrated use PRM votes; opd uses hints and the
-teacher; combine uses both; outcome and eval use neither.
+Which signals a mode needs is its entry in learner/modes.py.
 
 The teacher is whichever `PolicyClient` is passed: a client of a frozen engine holding the
 initial weights (the paper's code: its PRM engine is never updated) gives teacher = "frozen";
@@ -20,33 +16,15 @@ import asyncio
 from typing import Any, Iterable, Protocol
 
 from agent.policy.base import PolicyClient
-from agent.turn import Turn
-from envs.base import Status
+from agent.turn import OPDSignal, PRMScore, Turn
 from learner.judges import Judge, Vote
+from learner.modes import mode as mode_of
 from learner.parsing import majority_vote, select_hint
 from learner.prompts import messages_with_hint
-
-#: modes -> (needs PRM votes, needs hints + teacher)
-MODE_SIGNALS: dict[str, tuple[bool, bool]] = {
-    "eval": (False, False),
-    "outcome": (False, False),
-    "binary": (True, False),
-    "integrated": (True, False),
-    "opd": (False, True),
-    "combine": (True, True),
-}
 
 
 class PromptRenderer(Protocol):
     def render_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]: ...
-
-
-def is_infra(status: str) -> bool:
-    """True for turns that failed through no fault of the agent (never scored or trained on)."""
-    try:
-        return Status(status).is_infra
-    except ValueError:
-        return False
 
 
 class NextStateScorer:
@@ -55,25 +33,24 @@ class NextStateScorer:
         judge: Judge,
         teacher: PolicyClient | None,
         renderer: PromptRenderer | None,
-        m: int | None = None,
+        n_votes: int | None = None,
         mode: str = "combine",
         teacher_timeout_s: float = 300.0,
     ) -> None:
-        if mode not in MODE_SIGNALS:
-            raise ValueError(f"unknown mode {mode!r}; choose one of {sorted(MODE_SIGNALS)}")
-        self.use_prm, self.use_opd = MODE_SIGNALS[mode]
+        signals = mode_of(mode)
+        self.use_prm, self.use_opd = signals.prm, signals.opd
         if self.use_opd and (teacher is None or renderer is None):
             raise ValueError(f"mode {mode!r} needs a teacher client and a chat renderer")
         self.judge = judge
         self.teacher = teacher
         self.renderer = renderer
-        self.m = m
+        self.n_votes = n_votes
         self.mode = mode
         self.teacher_timeout_s = teacher_timeout_s
 
     async def score(self, turn: Turn) -> Turn:
         """Fill turn.prm / turn.opd as the mode needs. Infra-failed turns are left unscored."""
-        if is_infra(turn.status):
+        if turn.status.is_infra:
             return turn
         prm, opd = await asyncio.gather(self._prm(turn), self._opd(turn))
         if prm is not None:
@@ -92,37 +69,31 @@ class NextStateScorer:
 
         return list(await asyncio.gather(*(one(t) for t in turns)))
 
-    async def _prm(self, turn: Turn) -> dict[str, Any] | None:
+    async def _prm(self, turn: Turn) -> PRMScore | None:
         if not self.use_prm:
             return None
         try:
-            votes = await self.judge.prm_votes(turn, self.m)
+            votes = await self.judge.prm_votes(turn, self.n_votes)
         except Exception as e:  # a broken judge gives no vote; scoring never raises
-            return {"votes": [], "score": 0, "texts": [], "error": f"judge: {type(e).__name__}: {e}"}
+            return PRMScore([], 0, [], error=f"judge: {type(e).__name__}: {e}")
         scores = [v.score for v in votes]
-        return {"votes": scores, "score": majority_vote(scores), "texts": [v.text for v in votes]}
+        return PRMScore(scores, majority_vote(scores), [v.text for v in votes])
 
-    async def _opd(self, turn: Turn) -> dict[str, Any] | None:
+    async def _opd(self, turn: Turn) -> OPDSignal | None:
         if not self.use_opd:
             return None
         try:
-            votes: list[Vote] = await self.judge.hint_votes(turn, self.m)
+            votes: list[Vote] = await self.judge.hint_votes(turn, self.n_votes)
         except Exception as e:
-            return {"votes": [], "hints": [], "texts": [], "hint": "", "accepted": False, "error": f"judge: {type(e).__name__}: {e}"}
+            return OPDSignal([], [], [], "", False, error=f"judge: {type(e).__name__}: {e}")
         hint, accepted = select_hint([(v.score, v.hint) for v in votes])
-        opd: dict[str, Any] = {
-            "votes": [v.score for v in votes],
-            "hints": [v.hint for v in votes],
-            "texts": [v.text for v in votes],
-            "hint": hint,
-            "accepted": accepted,
-        }
+        opd = OPDSignal([v.score for v in votes], [v.hint for v in votes], [v.text for v in votes], hint, accepted)
         if accepted:
             try:
-                opd["teacher_logprobs"] = await self.teacher_logprobs(turn, hint)
+                opd.teacher_logprobs = await self.teacher_logprobs(turn, hint)
             except Exception as e:  # no teacher signal for this turn; the rest goes on
-                opd["accepted"] = False
-                opd["error"] = f"teacher: {type(e).__name__}: {e}"
+                opd.accepted = False
+                opd.error = f"teacher: {type(e).__name__}: {e}"
         return opd
 
     async def teacher_logprobs(self, turn: Turn, hint: str) -> list[float]:

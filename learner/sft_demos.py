@@ -54,7 +54,7 @@ class DemoActor:
     async def act(self) -> Action:
         text = (await self.source.act()).text
         response = self.renderer.encode(text) + self.close
-        return Action(text=text, prompt_ids=list(self.ids), response_ids=response, logprobs=[0.0] * len(response))
+        return Action(text=text, prompt_ids=list(self.ids), response_ids=response, rollout_logprobs=[0.0] * len(response))
 
     def observe(self, action: Action, next_state: NextState) -> None:
         self.source.observe(action, next_state)

@@ -50,14 +50,14 @@ class Batch:
         lengths = [s.n_tokens for s in samples]
         width = max(lengths)
         ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-        rows, cols, old, adv = [], [], [], []
+        rows, cols, rollout, adv = [], [], [], []
         for b, s in enumerate(samples):
             ids[b, : lengths[b]] = torch.tensor(s.prompt_ids + s.response_ids)
             keep = torch.tensor(s.loss_mask, dtype=torch.bool)
             j = keep.nonzero().squeeze(-1)
             rows.append(torch.full_like(j, b))
             cols.append(j + len(s.prompt_ids) - 1)  # the hidden state that predicts response token j
-            old.append(torch.tensor(s.old_logprobs, dtype=torch.float32)[keep])
+            rollout.append(torch.tensor(s.rollout_logprobs, dtype=torch.float32)[keep])
             adv.append(torch.tensor(s.advantages, dtype=torch.float32)[keep])
         self.ids = ids.to(device)
         # no padding -> no mask, so attention keeps its causal fast path
@@ -66,7 +66,7 @@ class Batch:
             self.attn = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long().to(device)
         self.rows, self.cols = torch.cat(rows).to(device), torch.cat(cols).to(device)
         self.targets = self.ids[self.rows, self.cols + 1]
-        self.old, self.adv = torch.cat(old).to(device), torch.cat(adv).to(device)
+        self.rollout_logprobs, self.adv = torch.cat(rollout).to(device), torch.cat(adv).to(device)
         self.n_tokens = sum(lengths)
 
 
@@ -155,7 +155,7 @@ class TorchLearner:
             with torch.no_grad(), self._autocast():
                 ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
-        old, tis, mismatch = behaviour(logp, batch.old, self.old_logprobs, self.tis_cap)
+        old, tis, mismatch = behaviour(logp, batch.rollout_logprobs, self.old_logprobs, self.tis_cap)
         loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
                                self.eps_low, self.eps_high, ref, self.kl_coef, entropy, tis)
         stats.update(mismatch)

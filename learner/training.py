@@ -22,7 +22,7 @@ from agent.rollout import Runner
 from agent.turn import Turn
 from learner.advantages import build_samples
 from learner.loop import Evaluator, LoopConfig, StepOutput, run_loop
-from learner.parsing import mean_vote
+from learner.modes import step_reward
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.scorer import NextStateScorer
@@ -97,12 +97,12 @@ class Training:
 
     def _reward_mean(self, turns: list[Turn], stats: dict[str, Any]) -> float | None:
         """The mean scalar reward the mode trains on, before any normalisation."""
-        ok = [t for t in turns if t.status not in ("infra_error", "timeout")]
+        ok = [t for t in turns if not t.status.is_infra]
         if self.mode == "outcome":
             vals = [t.outcome for t in ok if t.outcome is not None]
         elif self.mode == "integrated":
             coef = self.weights["prm_coef"]
-            vals = [t.outcome + coef * mean_vote(t.prm.get("votes", [])) for t in ok if t.outcome is not None and t.prm]
+            vals = [step_reward(t.outcome, t.prm.votes, coef) for t in ok if t.outcome is not None and t.prm is not None]
         elif self.mode == "opd":
             return stats["advantage_mean"]
         else:

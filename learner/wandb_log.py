@@ -64,13 +64,13 @@ def _prompt_tail(turn: Turn) -> str:
 
 def table_row(step: int, turn: Turn) -> list[Any]:
     ns = turn.next_state
-    prm, opd = turn.prm or {}, turn.opd or {}
+    prm, opd = turn.prm, turn.opd
     adv = turn.meta.get("advantage")
     adv_text = "" if adv is None else ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in adv.items())
     return [step, turn.episode_id, turn.task_id, turn.step_index, turn.status, _prompt_tail(turn),
             _cut(turn.action, CELL), _cut(f"[{ns.role}/{ns.kind}] {ns.content}", CELL),
-            str(prm.get("votes", "")), prm.get("score"), _cut(str(opd.get("hint") or ""), CELL),
-            opd.get("accepted"), adv_text, turn.outcome]
+            str(prm.votes) if prm else "", prm.score if prm else None, _cut(opd.hint if opd else "", CELL),
+            opd.accepted if opd else None, adv_text, turn.outcome]
 
 
 class WandbSink:

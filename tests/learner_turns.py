@@ -3,8 +3,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.turn import Turn
+from agent.turn import OPDSignal, PRMScore, Turn
 from envs.base import NextState
+
+
+def prm_score(**fields: Any) -> PRMScore:
+    """A PRMScore with the fields given, the rest empty."""
+    return PRMScore(**{"votes": [], "score": 0, "texts": [], **fields})
+
+
+def opd_signal(**fields: Any) -> OPDSignal:
+    """An OPDSignal with the fields given, the rest empty (no hint, not accepted)."""
+    return OPDSignal(**{"votes": [], "hints": [], "texts": [], "hint": "", "accepted": False, **fields})
 
 
 def make_turn(
@@ -14,8 +24,8 @@ def make_turn(
     n: int = 2,
     outcome: float | None = None,
     status: str = "ok",
-    prm: dict[str, Any] | None = None,
-    opd: dict[str, Any] | None = None,
+    prm: dict[str, Any] | None = None,  # PRMScore's fields (prm_score)
+    opd: dict[str, Any] | None = None,  # OPDSignal's fields (opd_signal)
     logprobs: list[float] | None = None,
     next_state: NextState | None = None,
     messages: list[dict[str, Any]] | None = None,
@@ -34,7 +44,7 @@ def make_turn(
         next_state=next_state or NextState("tool", "out", "shell", {}),
         status=status,
         outcome=outcome,
-        prm=prm or {},
-        opd=opd or {},
+        prm=prm_score(**prm) if prm else None,
+        opd=opd_signal(**opd) if opd else None,
         messages=messages or [{"role": "user", "content": "list files"}],
     )

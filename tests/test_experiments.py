@@ -9,8 +9,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import experiments.run  # noqa: F401  (registers the ${job_suffix:} resolver that run_dir uses)
 from agent.policy.sglang_launch import launch_command
+from experiments.factories import ConfigError, run_mode
+from experiments.run import renamed_keys
+from learner.modes import MODES
 from tests.test_run_cli import REPO
 from tests.test_sglang_schema import sglang_verdicts
 
@@ -20,13 +22,13 @@ RECIPES = {
                  {"env.name": "terminal", "mode.name": "integrated", "env.max_turns": 10, "steps": 2000,
                   "tasks_per_step": 16, "group_size": 8, "n_envs": 128, "sampling.max_new_tokens": 8192,
                   "sampling.temperature": 1.0, "max_context": 16384, "learner.lr": 1e-6, "learner.kl_coef": 0.01,
-                  "learner.tensor_model_parallel_size": 4, "judge.m": 1, "sandbox.name": "docker"},
+                  "learner.tensor_model_parallel_size": 4, "judge.n_votes": 1, "sandbox.name": "docker"},
                  (4, 1, 16384)),
     "toolcall": ({"model.path", "required.prm_url", "required.data"},
                  {"env.name": "toolcall", "mode.name": "integrated", "env.max_turns": 16, "steps": 3000,
                   "tasks_per_step": 32, "group_size": 8, "n_envs": 32, "sampling.max_new_tokens": 4096,
                   "sampling.temperature": 1.0, "learner.lr": 1e-6, "learner.kl_coef": 0.01,
-                  "learner.tensor_model_parallel_size": 2, "judge.m": 1, "env.code_timeout": 120},
+                  "learner.tensor_model_parallel_size": 2, "judge.n_votes": 1, "env.code_timeout": 120},
                  (1, 4, 16384)),
     "personal": ({"model.path", "required.prm_url", "required.problems", "required.user_url", "required.user_model"},
                  {"env.name": "chat_sim", "mode.name": "combine", "mode.w_opd": 1.0, "mode.w_rl": 1.0,
@@ -87,3 +89,20 @@ def test_experiments_launch_sglang_with_arguments_sglang_takes():
     *verdicts, bad = sglang_verdicts(items, vocab_size=1)
     assert [v["normalized"] for v in verdicts] == want, verdicts
     assert bad["error"] and "invalid int value" in bad["error"]
+
+
+def test_each_mode_yaml_has_its_registry_entry_and_back():
+    """conf/mode/*.yaml hold only user settings; what a mode is lives in learner/modes.py."""
+    confs = {f.stem: OmegaConf.load(f) for f in (REPO / "experiments" / "conf" / "mode").glob("*.yaml")}
+    assert set(confs) == set(MODES)
+    for name, conf in confs.items():
+        assert conf.name == name and "train" not in conf, name
+    with pytest.raises(ConfigError, match="unknown mode 'nope'; choose one of outcome, binary"):
+        run_mode(OmegaConf.create({"mode": {"name": "nope"}}))
+    assert not run_mode(compose_experiment("quickstart", "mode=eval")).trains
+
+
+def test_the_judges_old_vote_count_key_still_runs():
+    argv = renamed_keys(["judge.m=2", "++judge.m=5", "steps=2", "judge.model=x"])
+    assert argv == ["judge.n_votes=2", "++judge.n_votes=5", "steps=2", "judge.model=x"]
+    assert compose_experiment("quickstart", argv[0]).judge.n_votes == 2

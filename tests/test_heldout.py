@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from agent.actors import OracleActor, RandomActor
 from agent.rollout import Runner
-from experiments.run import experiment
+from experiments.run import run_experiment
 from learner.evaluation import EpisodeEvaluator, HeldOutResult, eval_jobs, heldout_curve
 from learner.loop import LoopConfig, eval_due
 from learner.runlog import RunLog
@@ -131,7 +131,7 @@ def test_oracle_passes_every_held_out_task_and_infra_failures_are_excluded():
 def run_in_process(run_dir, *overrides: str) -> list[dict]:
     with initialize_config_dir(config_dir=str(REPO / "experiments" / "conf"), version_base=None):
         cfg = compose("config", overrides=["policy=oracle", "mode=eval", *overrides, f"run_dir={run_dir}", "progress=false"])
-    return asyncio.run(experiment(cfg, RunLog(run_dir)))
+    return asyncio.run(run_experiment(cfg, RunLog(run_dir)))
 
 
 def test_rollouts_draw_only_training_tasks(tmp_path):

@@ -33,7 +33,7 @@ def test_outcome_zscore_broadcast_and_exclusions():
     assert s["e0", 1].advantages == approx([1.1547005] * 2)
     assert s["e1", 0].advantages == approx([-0.5773503] * 2)
     assert all(x.loss_mask == [1, 1] for x in samples)
-    assert s["e0", 0].old_logprobs == [-1.0, -1.0]
+    assert s["e0", 0].rollout_logprobs == [-1.0, -1.0]
     assert stats["infra_excluded"] == 2 and stats["infra_rate"] == approx(2 / 8)
     assert stats["timeout_rate"] == approx(1 / 8)
     assert stats["status_counts"] == {"ok": 6, "infra_error": 1, "timeout": 1}

@@ -6,7 +6,7 @@ import pytest
 from learner.advantages import build_samples
 from learner.diagnostics import hint_fate, summary
 from learner.loop import step_summary
-from tests.learner_turns import make_turn
+from tests.learner_turns import make_turn, opd_signal
 
 
 def test_combine_counts_votes_hints_flat_groups_and_gradient_tokens():
@@ -50,7 +50,7 @@ def test_no_signal_from_zero_votes_and_infra():
 
 
 def test_hint_fates():
-    assert hint_fate({"accepted": True}) == "accepted"
-    assert hint_fate({"accepted": False, "error": "teacher: TimeoutError: x"}) == "teacher_error"
-    assert hint_fate({"votes": []}) == "no_votes"
-    assert hint_fate({"votes": [None, None]}) == "invalid_votes"
+    assert hint_fate(opd_signal(accepted=True)) == "accepted"
+    assert hint_fate(opd_signal(error="teacher: TimeoutError: x")) == "teacher_error"
+    assert hint_fate(opd_signal(votes=[])) == "no_votes"
+    assert hint_fate(opd_signal(votes=[None, None])) == "invalid_votes"

@@ -61,7 +61,7 @@ def test_without_mismatch_recompute_and_rollout_give_the_same_update():
 def test_the_step_reports_the_mismatch_it_saw():
     learner = TorchLearner("tiny", lr=1e-3, seed=0, max_tokens_per_micro_batch=16, old_logprobs="recompute", tis_cap=2.0)
     samples = with_current_logprobs(learner, batch())
-    samples[2].old_logprobs = [x - 0.5 if m else x for x, m in zip(samples[2].old_logprobs, samples[2].loss_mask)]
+    samples[2].rollout_logprobs = [x - 0.5 if m else x for x, m in zip(samples[2].rollout_logprobs, samples[2].loss_mask)]
     m = learner.train_step(samples)
     assert m["micro_batches"] == 4
     assert m["mismatch_abs_max"] == pytest.approx(0.5, abs=1e-4)  # the largest over micro-batches, not their mean

@@ -9,6 +9,7 @@ import pytest
 from agent.chat import ChatRenderer
 from agent.policy.base import SamplingParams
 from agent.policy.engine import Engine
+from agent.turn import turn_record
 from agent.policy.models import byte_tokenizer
 from agent.policy.server import serve
 from agent.policy.sglang_client import SGLangClient
@@ -17,7 +18,7 @@ from learner.advantages import build_samples
 from learner.judges import LLMJudge, RulesJudge, generic_verdict
 from learner.prompts import HINT_HEADER, messages_with_hint
 from learner.scorer import NextStateScorer
-from tests.learner_turns import make_turn
+from tests.learner_turns import make_turn, opd_signal
 
 HINT = "Pass --all to list hidden files as well."
 
@@ -45,17 +46,17 @@ def test_generic_rule(ns, status, expected):
 
 
 def test_rules_scorer_binary_fills_prm_only():
-    scorer = NextStateScorer(RulesJudge(), None, None, m=3, mode="binary")
+    scorer = NextStateScorer(RulesJudge(), None, None, n_votes=3, mode="binary")
     turn = make_turn(next_state=NextState("tool", "err", "shell", {"exit_code": 1}))
     asyncio.run(scorer.score(turn))
-    assert turn.prm["votes"] == [-1] and turn.prm["score"] == -1 and turn.prm["texts"]
-    assert turn.opd == {}
+    assert turn.prm.votes == [-1] and turn.prm.score == -1 and turn.prm.texts
+    assert turn.opd is None
 
 
 def test_infra_turns_are_not_scored():
     scorer = NextStateScorer(RulesJudge(), None, None, mode="binary")
     turn = asyncio.run(scorer.score(make_turn(status="infra_error")))
-    assert turn.prm == {} and turn.opd == {}
+    assert turn.prm is None and turn.opd is None
 
 
 def test_opd_modes_need_a_teacher():
@@ -104,10 +105,10 @@ def judge_turn():
 )
 def test_llm_prm_votes(answers, votes, score):
     chat = CannedChat(answers)
-    scorer = NextStateScorer(LLMJudge(chat, m=3, temperature=0.6, max_tokens=256), None, None, mode="binary")
+    scorer = NextStateScorer(LLMJudge(chat, n_votes=3, temperature=0.6, max_tokens=256), None, None, mode="binary")
     turn = asyncio.run(scorer.score(judge_turn()))
-    assert turn.prm["votes"] == votes and turn.prm["score"] == score
-    assert len(turn.prm["texts"]) == 3
+    assert turn.prm.votes == votes and turn.prm.score == score
+    assert len(turn.prm.texts) == 3
     messages, temperature, max_tokens, n = chat.calls[0]
     assert (temperature, max_tokens, n) == (0.6, 256, 1)
     # the judge sees the request, the action and the next state with its role
@@ -118,7 +119,7 @@ def test_llm_prm_votes(answers, votes, score):
 
 def test_llm_judge_timeout_is_an_invalid_vote():
     chat = CannedChat(["HANG", "\\boxed{-1}"])
-    judge = LLMJudge(chat, m=2, timeout_s=0.2)
+    judge = LLMJudge(chat, n_votes=2, timeout_s=0.2)
     votes = asyncio.run(judge.prm_votes(judge_turn()))
     assert [v.score for v in votes] == [None, -1]
     assert "TimeoutError" in votes[0].text
@@ -132,7 +133,7 @@ def test_llm_hint_votes_select_longest_valid():
         "\\boxed{-1} [HINT_START]an even longer hint that must be ignored since the vote is -1[HINT_END]",
         "\\boxed{1} but no hint block",
     ])
-    judge = LLMJudge(chat, m=4)
+    judge = LLMJudge(chat, n_votes=4)
     votes = asyncio.run(judge.hint_votes(judge_turn()))
     assert [v.score for v in votes] == [1, 1, -1, 1]
     assert [v.hint for v in votes] == ["use ls -a", long_hint, "", ""]
@@ -172,7 +173,7 @@ def test_teacher_alignment_empty_hint_gives_zero_opd_advantage(engine_url):
     turn, teacher = asyncio.run(go())
     assert len(teacher) == len(turn.response_ids) > 0
     assert teacher == pytest.approx(turn.rollout_logprobs, abs=1e-4)
-    turn.opd = {"accepted": True, "hint": "", "teacher_logprobs": teacher}
+    turn.opd = opd_signal(accepted=True, teacher_logprobs=teacher)
     samples, _ = build_samples([turn], "opd")
     assert max(abs(a) for a in samples[0].advantages) < 1e-4
 
@@ -190,14 +191,14 @@ def test_rules_hint_conditions_the_teacher(engine_url):
             return turn, await scorer.teacher_logprobs(turn, "")
 
     turn, plain = asyncio.run(go())
-    assert turn.prm["score"] == -1
-    assert turn.opd["accepted"] and turn.opd["hint"] == HINT
-    assert len(turn.opd["teacher_logprobs"]) == len(turn.response_ids)
-    assert turn.opd["teacher_logprobs"] != pytest.approx(plain, abs=1e-6)  # the hint changed the context
+    assert turn.prm.score == -1
+    assert turn.opd.accepted and turn.opd.hint == HINT
+    assert len(turn.opd.teacher_logprobs) == len(turn.response_ids)
+    assert turn.opd.teacher_logprobs != pytest.approx(plain, abs=1e-6)  # the hint changed the context
     enhanced = renderer.prompt_text(messages_with_hint(turn.messages, HINT))
     assert HINT_HEADER + HINT in enhanced
     samples, _ = build_samples([turn], "combine")
-    expected = [t - o - 1 for t, o in zip(turn.opd["teacher_logprobs"], turn.rollout_logprobs)]
+    expected = [t - o - 1 for t, o in zip(turn.opd.teacher_logprobs, turn.rollout_logprobs)]
     assert samples[0].advantages == pytest.approx(expected)
 
 
@@ -211,9 +212,10 @@ def test_teacher_failure_drops_the_hint_not_the_run():
             return await scorer.score(make_turn(next_state=ns))
 
     turn = asyncio.run(go())
-    assert turn.prm["score"] == -1
-    assert turn.opd["accepted"] is False and "teacher" in turn.opd["error"]
-    assert "teacher_logprobs" not in turn.opd
+    assert turn.prm.score == -1
+    assert turn.opd.accepted is False and "teacher" in turn.opd.error
+    record = turn_record(turn)["opd"]  # turns.jsonl: unset fields are left out
+    assert list(record) == ["votes", "hints", "texts", "hint", "accepted", "error"] and record["accepted"] is False
 
 
 
@@ -228,5 +230,5 @@ def test_a_broken_judge_never_breaks_scoring():
             return await NextStateScorer(RulesJudge(rule), dead, tok_renderer, mode="combine").score(make_turn())
 
     turn = asyncio.run(go())
-    assert turn.prm["score"] == 0 and "KeyError" in turn.prm["error"]
-    assert turn.opd["accepted"] is False and "KeyError" in turn.opd["error"]
+    assert turn.prm.score == 0 and "KeyError" in turn.prm.error
+    assert turn.opd.accepted is False and "KeyError" in turn.opd.error

@@ -27,7 +27,7 @@ def with_current_logprobs(learner: TorchLearner, samples: list[Sample]) -> list[
     """Set old log-probs to the learner's own (an on-policy batch: ratio 1 at the first step)."""
     for s, lps in zip(samples, learner.logprobs(samples)):
         it = iter(lps)
-        s.old_logprobs = [next(it) if m else -5.0 for m in s.loss_mask]
+        s.rollout_logprobs = [next(it) if m else -5.0 for m in s.loss_mask]
     return samples
 
 

@@ -68,7 +68,7 @@ def test_opd_lowers_kl_to_the_hint_conditioned_teacher(tmp_path):
             finally:
                 runner.close()
             turns = [t for e in eps for t in e.turns if t.outcome == -1.0]
-            scorer = NextStateScorer(RulesJudge(), frozen, renderer, m=1, mode="opd")
+            scorer = NextStateScorer(RulesJudge(), frozen, renderer, n_votes=1, mode="opd")
             return await scorer.score_many(turns)
 
         turns = asyncio.run(collect())
@@ -85,7 +85,7 @@ def test_opd_lowers_kl_to_the_hint_conditioned_teacher(tmp_path):
         n = len(response_ids)
         return torch.log_softmax(logits[len(prompt_ids) - 1: len(prompt_ids) - 1 + n].float(), -1)
 
-    teacher_lp = [response_logits(teacher, renderer.render_prompt(messages_with_hint(t.messages, t.opd["hint"]), t.tools or None), t.response_ids) for t in turns]
+    teacher_lp = [response_logits(teacher, renderer.render_prompt(messages_with_hint(t.messages, t.opd.hint), t.tools or None), t.response_ids) for t in turns]
 
     learner = TorchLearner("tiny", lr=1e-3, seed=0)
 

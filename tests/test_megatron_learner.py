@@ -66,7 +66,7 @@ def samples_for(ref: TorchLearner, seed: int = 0) -> list[Sample]:
     g = torch.Generator().manual_seed(seed)
     for s, lps in zip(samples, ref.logprobs(samples)):
         it = iter(lps)
-        s.old_logprobs = [next(it) + float(torch.randn((), generator=g)) * 0.3 if m else -5.0 for m in s.loss_mask]
+        s.rollout_logprobs = [next(it) + float(torch.randn((), generator=g)) * 0.3 if m else -5.0 for m in s.loss_mask]
     return samples + [Sample([1, 2], [3, 4], [0.0, 0.0], [1.0, 1.0], [0, 0])]
 
 

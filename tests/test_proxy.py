@@ -25,6 +25,7 @@ from agent.proxy import Proxy
 from agent.proxy.openai_compat import assistant_message, stream_events, template_messages
 from agent.turn import Turn
 from envs.tool_calls import function_schema
+from tests.learner_turns import prm_score
 
 KEY = "sk-proxy-test"
 TOL = 1e-4  # fp32 CPU log-probs of the same ids in a different batch
@@ -458,7 +459,7 @@ def test_secrets_and_personal_data_never_reach_the_records_or_the_loss(tmp_path)
     masked = turn.meta["private_tokens"]
     taken = "".join(renderer.decode([turn.response_ids[i]]) for i in masked)
     assert taken == email + card + key  # exactly the tokens that carry them
-    turn.prm = {"score": 1}
+    turn.prm = prm_score(score=1)
     sample, = build_samples([turn], "binary")[0]
     assert [i for i, m in enumerate(sample.loss_mask) if not m] == masked
     assert sum(sample.loss_mask) == len(turn.response_ids) - len(masked) > 0

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from agent.proxy.sink import TurnSink
-from agent.turn import Turn, turn_record
+from agent.turn import OPDSignal, PRMScore, Turn, turn_record
 from envs.base import NextState, Status
 from learner.runlog import RunLog
 
@@ -19,8 +19,9 @@ def a_turn() -> Turn:
                 prompt_ids=[1, 2, 3], response_ids=[4, 5], rollout_logprobs=[-0.5, -1.25], action="héllo",
                 next_state=NextState("tool", "42", "tool_result", {"verdict": 1}), status=Status.OK,
                 finish_reason="stop", outcome=1.0, episode_done=True,
-                prm={"votes": [1, None, 1], "score": np.float64(0.5)},
-                opd={"hint": "use the tool", "accepted": True, "gap": math.nan},
+                prm=PRMScore(votes=[1, None, 1], score=np.float64(0.5), texts=["a", "b", "c"]),
+                opd=OPDSignal(votes=[1], hints=["use the tool"], texts=["x"], hint="use the tool", accepted=True,
+                              teacher_logprobs=[math.nan, -0.5]),
                 messages=[{"role": "user", "content": "héllo?"}],
                 tools=[{"type": "function", "function": {"name": "calc"}}],
                 meta={"session_id": "s", "advantage": {"mean": np.float32(0.25)}, "private_tokens": [1]})
@@ -37,13 +38,15 @@ def test_the_run_log_and_the_proxy_write_the_same_record(tmp_path):
     assert run_line == proxy_line
     record = json.loads(run_line)
     assert set(record) == {f.name for f in dataclasses.fields(Turn)}  # every field, messages and tools too
-    assert record["opd"]["gap"] is None and record["prm"]["score"] == 0.5  # NaN -> null, numpy -> number
+    assert record["opd"]["teacher_logprobs"] == [None, -0.5] and record["prm"]["score"] == 0.5  # NaN -> null, numpy -> number
+    assert "error" not in record["prm"]  # a signal's unset fields are left out
     assert record["meta"]["advantage"]["mean"] == 0.25 and record["status"] == "ok"
     assert "héllo" in run_line  # UTF-8, not \u escapes
     back = Turn.from_json(record)
     assert back.next_state == turn.next_state and back.messages == turn.messages and back.tools == turn.tools
     assert (back.prompt_ids, back.response_ids, back.rollout_logprobs) == (turn.prompt_ids, turn.response_ids,
                                                                          turn.rollout_logprobs)
+    assert back.prm == turn.prm and back.status is Status.OK
 
 
 def test_content_json_cannot_hold_is_escaped_not_raised(caplog):

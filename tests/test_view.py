@@ -18,7 +18,7 @@ import yaml
 from PIL import Image
 
 from agent.policy.models import byte_tokenizer
-from agent.turn import Turn
+from agent.turn import OPDSignal, PRMScore, Turn
 from envs.base import NextState
 from experiments.view import terminal
 from experiments.view.__main__ import main as view_main
@@ -47,7 +47,8 @@ def _turn(episode: str, task: str, step_index: int, response: str, *, prompt: li
                 policy_version=int(episode[1]), prompt_ids=prompt, response_ids=ids,
                 rollout_logprobs=[-1.0 - 0.1 * (i % 7) for i in range(len(ids))], action=response,
                 next_state=next_state or NextState("tool", "ok", "shell", {}), status=status, finish_reason="stop",
-                outcome=outcome, episode_done=done, prm=prm or {}, opd=opd or {})
+                outcome=outcome, episode_done=done, prm=PRMScore(**prm) if prm else None,
+                opd=OPDSignal(**opd) if opd else None)
 
 
 def _teacher(response: str, logprobs: list[float]) -> list[float]:
@@ -68,9 +69,9 @@ def _write_run(run_dir: Path, mode: str, env: str) -> None:
     first = _turn("s0-t0-g0", "fix-imports", 0, ANSWER, prompt=prompt,
                   prm={"votes": [1, 1, -1], "score": 1, "texts": ["good: runs the tests", "fine", "should read first"]},
                   next_state=NextState("tool", "\x1b[31mFAILED\x1b[0m test_utils.py\n50%\r100% done", "shell", {"exit_code": 1}))
-    first.opd = {"votes": [1], "hints": ["run the tests before editing"], "texts": ["[rules] hint"],
-                 "hint": "run the tests before editing", "accepted": True,
-                 "teacher_logprobs": _teacher(ANSWER, first.rollout_logprobs)}
+    first.opd = OPDSignal(votes=[1], hints=["run the tests before editing"], texts=["[rules] hint"],
+                          hint="run the tests before editing", accepted=True,
+                          teacher_logprobs=_teacher(ANSWER, first.rollout_logprobs))
     delta = _ids("<|im_end|>\n<|im_start|>tool\nFAILED test_utils.py<|im_end|>\n<|im_start|>assistant\n")
     second = _turn("s0-t0-g0", "fix-imports", 1, INJECTION, prompt=prompt + first.response_ids + delta, done=True,
                    prm={"votes": [-1], "score": -1, "texts": ["<b>bad</b>"]},

@@ -14,6 +14,7 @@ from agent.turn import Turn
 from envs.base import NextState
 from learner.runlog import RunLog
 from learner.wandb_log import WandbSink, flatten, wandb_mode
+from tests.learner_turns import opd_signal, prm_score
 
 _BLOCK = 32 * 1024  # the .wandb file is a LevelDB-style log: 32 KiB blocks of framed chunks
 _HEADER = 7  # ":W&B" + 2-byte ident + 1-byte version
@@ -68,7 +69,7 @@ def offline_records(run_dir: Path, timeout_s: float = 60.0) -> dict[str, Any]:
 def _turn(i: int, step: int) -> Turn:
     return Turn(f"s{step}-e{i}", "say", f"s{step}", 0, 0, [1, 2], [3], [-0.5], "hello",
                 NextState("user", "Nice.", "user_reply", {"verdict": 1}), "ok", outcome=1.0,
-                prm={"votes": [1, 1], "score": 1}, opd={"hint": "Say it louder.", "accepted": True},
+                prm=prm_score(votes=[1, 1], score=1), opd=opd_signal(hint="Say it louder.", accepted=True),
                 messages=[{"role": "user", "content": "Say a word."}], meta={"advantage": {"mean": 0.5, "min": 0.5, "max": 0.5}})
 
 

@@ -79,22 +79,30 @@ def load_model(name_or_path: str, dtype: str = "auto", seed: int = 0,
                device: str = "cpu") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Return (model in eval mode on `device`, tokenizer) for `tiny`, `smollm2` or a local HF folder."""
     torch_dtype = resolve_dtype(dtype, device)
-    if name_or_path == "tiny":
+    path = model_folder(name_or_path)
+    if path is None:
         model, tok = tiny_model(seed)
         return model.to(device=device, dtype=torch_dtype).eval(), tok
-    path = smollm2_dir() if name_or_path == "smollm2" else Path(name_or_path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"model {name_or_path!r}: no config.json in {path} (expected tiny, smollm2 or a local HF folder)")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     return model.to(device).eval(), tok
 
 
-def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """The tokenizer of `tiny`, `smollm2` or a local HF folder, without loading the model."""
-    if name == "tiny":
-        return byte_tokenizer()
-    return AutoTokenizer.from_pretrained(smollm2_dir() if name == "smollm2" else name)
+    path = model_folder(name_or_path)
+    return byte_tokenizer() if path is None else AutoTokenizer.from_pretrained(path)
+
+
+def model_folder(name_or_path: str) -> Path | None:
+    """The Hugging Face folder a model word names: smollm2's cached copy, or the folder given;
+    None for `tiny`, which is built in-process (the one place model words are read)."""
+    if name_or_path == "tiny":
+        return None
+    path = smollm2_dir() if name_or_path == "smollm2" else Path(name_or_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model {name_or_path!r}: no config.json in {path} (expected tiny, smollm2 or a local HF folder)")
+    return path
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> None:

@@ -30,7 +30,7 @@ import httpx
 from agent.http_guard import new_key
 from agent.policy.base import PolicyUnavailable
 from agent.policy.jsonhttp import ServerError
-from agent.policy.models import cache_root, load_model, save_model, smollm2_dir
+from agent.policy.models import cache_root, load_model, model_folder, save_model
 from agent.policy.sglang_client import SGLangClient
 
 log = logging.getLogger(__name__)
@@ -40,19 +40,15 @@ SGLANG_COMMAND = ["{python}", "-m", "sglang.launch_server", "--model-path", "{mo
 
 
 def hf_folder(name_or_path: str) -> Path:
-    """A folder SGLang can load for a model word: smollm2's cached copy, tiny saved once, or a path."""
-    if name_or_path == "smollm2":
-        return smollm2_dir()
-    if name_or_path == "tiny":
-        target = cache_root() / "tiny"
-        if not (target / "config.json").is_file():
-            model, tok = load_model("tiny")
-            save_model(model, tok, target)
-        return target
-    path = Path(name_or_path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path} is not a Hugging Face model folder (no config.json)")
-    return path
+    """A folder SGLang can load for a model word: its folder (models.model_folder), tiny saved once."""
+    path = model_folder(name_or_path)
+    if path is not None:
+        return path
+    target = cache_root() / "tiny"
+    if not (target / "config.json").is_file():
+        model, tok = load_model("tiny")
+        save_model(model, tok, target)
+    return target
 
 
 def launch_command(model_dir: Path, host: str, port: int, extra_args: list[str],

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> dict[str, Any]:
 
     async def go() -> dict[str, Any]:
         chat = ChatClient(j_srv.url, model=args.model, api_key=j_srv.api_key)
-        scorer = NextStateScorer(LLMJudge(chat, m=args.votes, max_tokens=args.tokens), None, renderer, m=args.votes, mode="binary")
+        scorer = NextStateScorer(LLMJudge(chat, n_votes=args.votes, max_tokens=args.tokens), None, renderer, n_votes=args.votes, mode="binary")
         off, on = [], []
         try:
             await _round(p_srv.url, p_srv.api_key, renderer, None, args.envs, args.tokens, 0)  # warm-up

@@ -17,6 +17,7 @@ import time
 
 from agent.actors import OracleActor
 from agent.rollout import EpisodeJob, Runner
+from envs.base import Status
 from envs.sandbox import images, pool as pools
 from envs.sandbox.engine import engine_available
 from envs.terminal.env import TerminalEnv
@@ -33,7 +34,7 @@ def _fill(env: TerminalEnv, n: int, timeout_s: float = 600.0) -> None:
 def _why(ep) -> str:
     """One line on why an oracle episode did not pass (load on a shared machine: timeouts)."""
     last = ep.turns[-1].next_state if ep.turns else None
-    if ep.status != "ok" or last is None:
+    if ep.status != Status.OK or last is None:
         return f"{ep.job.task_id}: {ep.status} {ep.error or ''}"[:200]
     return f"{ep.job.task_id}: {last.content[-160:]!r}"
 

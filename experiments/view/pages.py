@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from agent.turn import OPDSignal
 from experiments.view import terminal
 from experiments.view.records import Episode
 from experiments.view.tokens import colour, token_pieces, token_values
@@ -118,7 +119,7 @@ def prm_html(prm: dict[str, Any]) -> str:
 def opd_html(opd: dict[str, Any]) -> str:
     if not opd:
         return '<span class="meta">none (the mode uses no hints)</span>'
-    fate = hint_fate(opd)
+    fate = hint_fate(OPDSignal(**opd))  # the record as written: the learner's reading of it
     head = f'<b class="{"good" if fate == "accepted" else "bad"}">{esc(fate.replace("_", " "))}</b>'
     hint = f'<pre class="hint">{esc(opd["hint"])}</pre>' if opd.get("hint") else ""
     err = f'<div class="bad">{esc(opd["error"])}</div>' if opd.get("error") else ""
