@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from agent.policy.models import byte_tokenizer
-from agent.turn import Turn
+from agent.turn import OPDSignal, PRMScore, Turn
 from envs.base import NextState
 from learner.runlog import RunLog
 
@@ -49,17 +49,16 @@ def write_run(run_dir: Path, turns: int, turns_per_episode: int = 8, episodes_pe
                 response = tok.encode(text, add_special_tokens=False)
                 logprobs = [-rng.random() * 3 for _ in response]
                 accepted = rng.random() < 0.5
-                opd = {"votes": [1 if accepted else -1], "hints": ["check utils"], "texts": ["[rules] hint"],
-                       "hint": "check utils" if accepted else "", "accepted": accepted}
-                if accepted:
-                    opd["teacher_logprobs"] = [lp + rng.gauss(0, 1) for lp in logprobs]
+                opd = OPDSignal(votes=[1 if accepted else -1], hints=["check utils"], texts=["[rules] hint"],
+                                hint="check utils" if accepted else "", accepted=accepted,
+                                teacher_logprobs=[lp + rng.gauss(0, 1) for lp in logprobs] if accepted else None)
                 score = rng.choice([-1, 0, 1])
                 batch.append(Turn(
                     episode_id=f"s{step}-t{e}-g0", task_id=f"task-{e % 40}", group_id=f"s{step}-t{e}", step_index=i,
                     policy_version=step, prompt_ids=list(prompt), response_ids=response, rollout_logprobs=logprobs,
                     action=text, next_state=NextState("tool", f"$ {text[:30]}\n[exit code {i % 2}]", "shell", {"exit_code": i % 2}),
                     status=rng.choice(["ok", "ok", "ok", "invalid_action", "timeout"]), finish_reason="stop",
-                    outcome=outcome, episode_done=i == n - 1, prm={"votes": [score], "score": score, "texts": ["[rules] verdict"]},
+                    outcome=outcome, episode_done=i == n - 1, prm=PRMScore(votes=[score], score=score, texts=["[rules] verdict"]),
                     opd=opd, meta={"advantage": {"mean": float(score), "min": float(score), "max": float(score), "masked": False}}))
                 prompt += response + tok.encode("<|im_end|>\n<|im_start|>tool\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
             made += n
