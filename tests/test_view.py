@@ -122,6 +122,15 @@ def test_pages_hold_the_runs_records(site):
                                                           (1, "fix-imports", 0, 1.0), (1, "count-lines", 1, -1.0)]
 
 
+def test_the_benchmarks_synthetic_run_builds(tmp_path):
+    from experiments.bench.view import write_run
+
+    write_run(tmp_path / "run", 20, turns_per_episode=8)  # episodes of 8, 8 and 4 turns
+    data = (build([tmp_path / "run"], tmp_path / "site").parent / "data" / "index.js").read_text()
+    rows = json.loads(data[data.index("{"):data.rindex("}") + 1])["rows"]
+    assert len(rows) == 3 and all((tmp_path / "site" / "r0" / f"e{i}.html").is_file() for i in range(3))
+
+
 def test_cli_gives_one_line_for_bad_input(tmp_path):
     with pytest.raises(SystemExit) as stop:
         view_main([str(tmp_path / "nope"), "--out", str(tmp_path / "site")])
