@@ -1,6 +1,7 @@
 """env=browsergym on a real BrowserGym env (browsergym-core; Playwright driving Debian's Chromium):
 the bundled form task solved by its oracle and failed by a scripted policy through the Runner,
-no browser left behind, bad task names and ids, and the CLI."""
+no browser left behind, a task BrowserGym registers itself (openended), bad task names and ids,
+and the CLI."""
 from __future__ import annotations
 
 import asyncio
@@ -76,6 +77,21 @@ def test_the_oracle_solves_the_form_and_a_wrong_name_fails_it_through_the_runner
     assert wrong.turns[-1].next_state.data["task_info"]["name"] in ("nobody", "")  # "" when the fill timed out under load
 
 
+def test_a_task_of_browsergym_itself_runs_and_the_turn_limit_keeps_its_rewards():
+    page = Path(__file__).parents[1] / "envs" / "ecosystem" / "browsergym_form.html"
+    env = BrowserGymEnv(task="openended", task_kwargs={"start_url": page.as_uri(), "goal": "Look around."}, max_turns=1)
+    try:
+        obs, info = env.reset(options={"task_id": "seed-00000"})
+        assert obs.startswith("Goal: Look around.") and "textbox 'Name'" in obs
+        with pytest.raises(IndexError, match="no scripted solution"):
+            env.oracle_action()
+        obs, reward, done, truncated, info = env.step("noop(10)")
+        assert done and not truncated and info["status"] == "ok" and info["outcome"] == 0.0  # BrowserGym's reward, not -1
+    finally:
+        env.close()
+    assert not browser_pids(env.marker)
+
+
 def test_bad_task_names_ids_and_action_subsets_are_one_line():
     with pytest.raises(ValueError, match=r"unknown BrowserGym task 'nope.task'; registered: .*openclaw\.form"):
         BrowserGymEnv(task="nope.task")
@@ -88,9 +104,10 @@ def test_bad_task_names_ids_and_action_subsets_are_one_line():
         assert env.load_task("seed-00007").meta == {"task": "openclaw.form", "seed": 7}
     finally:
         env.close()
+    env.close()  # closing twice is allowed
 
 
-@pytest.mark.slow  # a CLI process and four browsers: ~60-120 s on a loaded 2-core machine
+@pytest.mark.slow  # a CLI process and four browsers: ~40-110 s on a loaded 2-core machine
 def test_browsergym_runs_through_the_cli(tmp_path):
     run_dir = tmp_path / "run"
     p = run_cli("env=browsergym", "policy=oracle", "mode=eval", "n_envs=2", "steps=1", "tasks_per_step=2",

@@ -32,7 +32,7 @@ import queue
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import gymnasium
 import numpy as np
@@ -91,6 +91,7 @@ class _Thread:
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.stopped = False
         threading.Thread(target=self._run, name="browsergym", daemon=True).start()
 
     def _run(self) -> None:
@@ -102,11 +103,14 @@ class _Thread:
                 future.set_exception(e)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        if self.stopped:
+            raise BrowserError("the env is closed")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._calls.put((future, fn, args))
         return future
 
     def stop(self) -> None:
+        self.stopped = True
         self._calls.put(None)
 
 
@@ -232,7 +236,10 @@ class BrowserGymEnv(AgentEnv):
         kill_marked(self.marker)
 
     def close(self) -> None:
-        """Stop the browsers, Playwright's driver and the thread."""
+        """Stop the browsers, Playwright's driver and the thread (again: nothing to do)."""
+        if self._thread.stopped:
+            return
+
         def stop() -> None:
             try:
                 if self._env is not None:
@@ -250,7 +257,7 @@ class BrowserGymEnv(AgentEnv):
         self._thread.stop()
 
 
-def page_text(obs: dict[str, Any], said: list[str] = ()) -> str:
+def page_text(obs: dict[str, Any], said: Sequence[str] = ()) -> str:
     """A BrowserGym observation as the agent reads it."""
     parts = [f"URL: {obs['url']}"]
     if obs["last_action_error"]:
@@ -268,10 +275,12 @@ def _register(name: str, env_id: str) -> None:
     """Make sure `env_id` is registered: BrowserGym's benchmark packages (browsergym.miniwob, ...)
     register their tasks when imported."""
     if env_id not in gymnasium.registry:
+        module = f"browsergym.{name.split('.')[0]}"
         try:
-            importlib.import_module(f"browsergym.{name.split('.')[0]}")
-        except ImportError:
-            pass
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:  # the package is there but lacks something of its own
+                raise ValueError(f"BrowserGym task {name!r}: cannot import {module} ({e})") from None
     if env_id not in gymnasium.registry:
         known = sorted(k.removeprefix("browsergym/") for k in gymnasium.registry if k.startswith("browsergym/"))
         raise ValueError(f"unknown BrowserGym task {name!r}; registered: {', '.join(known)} (other benchmarks need "
