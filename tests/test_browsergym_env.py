@@ -5,6 +5,7 @@ and the CLI."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from pathlib import Path
@@ -32,7 +33,8 @@ class WrongName:
     def begin(self, env, messages, tools) -> None:
         WrongName.browsers = [Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in browser_pids(env.marker)]
         self.page = messages[-1]["content"]
-        self.plan = iter(["click('9999')", "fill('{box}', 'nobody')", "click('{submit}')", "click('{submit}')"])
+        # Submit again until it lands (a BrowserGym action may time out on a loaded machine)
+        self.plan = itertools.chain(["click('9999')", "fill('{box}', 'nobody')"], itertools.repeat("click('{submit}')"))
 
     async def act(self) -> Action:
         bids = {"box": re.search(r"\[(\w+)\] textbox 'Name'", self.page)[1],
