@@ -32,8 +32,8 @@ if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q -r requirements.txt -r requirements-dev.txt
   say "installing requirements-nodeps.txt without their dependencies"
   .venv/bin/pip install -q --no-deps -r requirements-nodeps.txt
-  # The adapters' optional libraries (TextArena, skyrl-gym): small and pure Python, installed
-  # here so the tests of env=textarena and env=skyrl_gym run; users may leave them out.
+  # The adapters' optional libraries (TextArena, skyrl-gym, BrowserGym): wheels, installed here
+  # so the tests of env=textarena, env=skyrl_gym and env=browsergym run; users may leave them out.
   say "installing the optional extras (requirements-extras.txt)"
   .venv/bin/pip install -q -r requirements-extras.txt
   echo "$want" > .venv/.requirements.sha

@@ -28,9 +28,9 @@ from selenium.webdriver.chrome.service import Service
 from envs.gui import reaper
 from envs.gui.procs import MARKER_VAR, kill_marked, owner_prefix, sweep_orphans
 
-#: The machine has no network: no first-run, sync, update or background fetches.
-CHROMIUM_ARGS = (
-    "--headless",
+#: The machine has no network: no first-run, sync, update or background fetches (BrowserGym's
+#: Chromium, envs/ecosystem/browsergym.py, starts with these too).
+OFFLINE_ARGS = (
     "--no-sandbox",
     "--disable-gpu",
     "--no-first-run",
@@ -38,6 +38,10 @@ CHROMIUM_ARGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+)
+CHROMIUM_ARGS = (
+    "--headless",
+    *OFFLINE_ARGS,
     "--window-size=500,500",  # the viewport must hold MiniWoB's 160x210 task area
 )
 
