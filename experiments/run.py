@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from agent import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
@@ -117,6 +118,7 @@ def main(cfg: DictConfig) -> None:
         return
     sigterm_as_sigint()
     setup_logging()
+    progress.configure(bool(cfg.progress))  # every bar: model conversion, training steps, ...
     try:
         loop_config(cfg)  # the counts checked before the run dir is written
     except ConfigError as e:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from agent.progress import Progress
 from experiments.compare import CompareError, Run, load_run
 from experiments.view.curves import RUN_COLOURS, curves_html
 from experiments.view.pages import RunInfo, episode_html, esc, page
@@ -143,19 +144,21 @@ def build(run_dirs: list[str | Path], out: str | Path) -> Path:
     _prepare(out)
     rows: list[list[Any]] = []
     counts = []
-    for k, run in enumerate(runs):
-        pages_dir = out / f"r{k}"
-        pages_dir.mkdir()
-        tok = _Tokenizer(run.config)
-        image = _images(run.dir, pages_dir)
-        n = 0
-        for ep in episodes(run.dir):
-            needs_tok = any(t.get("response_ids") for t in ep.turns)
-            info = RunInfo(f"r{k}", f"r{k} {run.dir.name}", run.env, run.mode, tok.get() if needs_tok else None)
-            (pages_dir / f"e{ep.number}.html").write_text(episode_html(ep, info, image), encoding="utf-8")
-            rows.append(_row(k, run, ep))
-            n += 1
-        counts.append(n)
+    with Progress("view: episode pages") as bar:
+        for k, run in enumerate(runs):
+            pages_dir = out / f"r{k}"
+            pages_dir.mkdir()
+            tok = _Tokenizer(run.config)
+            image = _images(run.dir, pages_dir)
+            n = 0
+            for ep in episodes(run.dir):
+                needs_tok = any(t.get("response_ids") for t in ep.turns)
+                info = RunInfo(f"r{k}", f"r{k} {run.dir.name}", run.env, run.mode, tok.get() if needs_tok else None)
+                (pages_dir / f"e{ep.number}.html").write_text(episode_html(ep, info, image), encoding="utf-8")
+                rows.append(_row(k, run, ep))
+                n += 1
+                bar.advance(status=f"run {k + 1}/{len(runs)} {run.dir.name}")
+            counts.append(n)
     (out / "data" / "index.js").write_text(_data_js(runs, rows), encoding="utf-8")
     (out / "compare.html").write_text(page(
         "side by side", '<div id="pair" class="pair"></div>', "assets/view.css", back="index.html",
