@@ -117,7 +117,7 @@ class _Board:
         self.lock = threading.RLock()
         self.drawn = False
         self.last = 0.0
-        self.stop = threading.Event()  # a fresh one per ticker: an old ticker never outlives its board
+        self.stop = threading.Event()  # the live ticker's own, set when the last bar closes
         self.clearer = _ClearLine(self)
 
     def add(self, bar: Progress) -> None:
