@@ -18,10 +18,9 @@ import traceback
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from agent.actors import Action, Actor
 from agent.policy.base import PolicyUnavailable
+from agent.progress import Progress
 from agent.turn import Turn
 from envs.base import AgentEnv, NextState, Status, TaskSplit
 
@@ -70,6 +69,7 @@ class Runner:
         episode_timeout_s: float = 1800.0,
         on_turn: Callable[[Turn], Awaitable[None] | None] | None = None,
         progress: bool = True,
+        label: str = "rollouts",
     ) -> None:
         self.make_env = make_env
         self.make_actor = make_actor
@@ -78,6 +78,7 @@ class Runner:
         self.episode_timeout_s = episode_timeout_s
         self.on_turn = on_turn
         self.progress = progress
+        self.label = label  # what its progress bar is called ("held-out" for an evaluation's runner)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.n_envs + 2, thread_name_prefix="env")
         self._idle: list[AgentEnv] = []
         self._all: set[AgentEnv] = set()
@@ -122,19 +123,15 @@ class Runner:
     # ---- episodes ----------------------------------------------------------------------
     async def run(self, jobs: list[EpisodeJob]) -> list[Episode]:
         self._slots = asyncio.Semaphore(self.n_envs)
-        with Progress(
-            TextColumn("[bold]rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), disable=not self.progress, transient=False,
-        ) as bar:
+        with Progress(self.label, total=len(jobs), enabled=self.progress) as bar:
             counts: Counter[str] = Counter()
-            task = bar.add_task("episodes", total=len(jobs), status="")
 
             async def one(job: EpisodeJob) -> Episode:
                 assert self._slots is not None
                 async with self._slots:
                     ep = await self._episode(job)
                 counts[ep.status] += 1
-                bar.update(task, advance=1, status=" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+                bar.advance(status=" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
                 return ep
 
             return list(await asyncio.gather(*(one(j) for j in jobs)))

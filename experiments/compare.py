@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import yaml
 
+from agent.progress import Progress
 from learner.stats import Estimate, bootstrap_mean, paired_permutation_p, t_mean
 
 Figure = tuple[str, str, tuple[str, ...]]  # (key in report, title, how to read it from a metrics row)
@@ -481,13 +482,20 @@ def plots(groups: list[Group], out: Path, figures: list[Figure], ci: str = "t") 
 def compare(run_dirs: list[str | Path], out: str | Path, at: list[int] | None = None, figure: str | None = None,
             ci: str = "t") -> Path:
     """Write DIR/report.md and the PNGs; returns the report's path."""
-    runs = [load_run(d) for d in run_dirs]
-    head = headline(runs, figure)
-    at = default_at(runs, head[2]) if at is None else at
-    groups = group_runs(runs)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    pngs = plots(groups, out, FIGURES + ([head] if head not in FIGURES else []), ci)
+    with Progress("compare", total=len(run_dirs) + 1) as bar:
+        runs = []
+        for d in run_dirs:
+            bar.update(status=f"reading {Path(d).name}")
+            runs.append(load_run(d))
+            bar.advance()
+        head = headline(runs, figure)
+        at = default_at(runs, head[2]) if at is None else at
+        groups = group_runs(runs)
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        bar.update(status="plotting")
+        pngs = plots(groups, out, FIGURES + ([head] if head not in FIGURES else []), ci)
+        bar.advance()
     report = out / "report.md"
     body = ["# Run comparison", "", table(runs), "", at_steps_table(runs, head, at), "",
             groups_table(groups, head, at, ci), "", rise_table(groups, head, at), "", tests_table(groups, head, at), ""]

@@ -23,6 +23,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from agent import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_eval_runner, build_personalization, mix_weights,
@@ -94,6 +95,7 @@ def report_md(report: dict[str, Any], result: HeldOutResult) -> str:
 def main(cfg: DictConfig) -> None:
     sigterm_as_sigint()
     setup_logging()
+    progress.configure(bool(cfg.progress))  # every bar: model conversion, training steps, ...
     try:
         report, result = asyncio.run(evaluate(cfg))
     except (ConfigError, PolicyUnavailable) as e:

@@ -453,7 +453,7 @@ def build_eval_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy:
         log.warning("eval.k=%d samples per task at eval.temperature=0 repeat one greedy episode (unless the env "
                     "draws at random); set eval.temperature=1.0 for pass@k", s.k)
     sampling = dataclasses.replace(sampling_params(cfg), temperature=s.temperature)
-    runner = Runner(make_env, policy.actor_maker(sampling), **_runner_kw(cfg))
+    runner = Runner(make_env, policy.actor_maker(sampling), **_runner_kw(cfg), label="held-out")
     closers.append(lambda: asyncio.to_thread(runner.close))
     return runner
 

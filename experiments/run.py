@@ -18,10 +18,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from agent import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
                                    build_training, close_all, eval_settings, loop_config, run_mode)
+from experiments.view.pages import token_panel
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
 from learner.evaluation import heldout_curve
 from learner.loop import run_loop
@@ -58,9 +60,11 @@ def wandb_group(cfg: DictConfig) -> str:
 
 def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
     w = cfg.wandb
+    config = OmegaConf.to_container(cfg, resolve=True)
     return WandbSink(run_dir, project=str(w.project), group=wandb_group(cfg), name=f"{cfg.name}-seed{cfg.seed}",
-                     config=OmegaConf.to_container(cfg, resolve=True), mode=str(w.mode),
-                     rows_per_step=int(w.rows_per_step), seed=int(cfg.seed), tags=[str(cfg.env.name), str(cfg.mode.name)])
+                     config=config, job_type="train" if run_mode(cfg).trains else "eval", mode=str(w.mode),
+                     rows_per_step=int(w.rows_per_step), seed=int(cfg.seed), tags=[str(cfg.env.name), str(cfg.mode.name)],
+                     panel=token_panel(config))
 
 
 async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
@@ -117,8 +121,10 @@ def main(cfg: DictConfig) -> None:
         return
     sigterm_as_sigint()
     setup_logging()
+    progress.configure(bool(cfg.progress))  # every bar: model conversion, training steps, ...
     try:
-        loop_config(cfg)  # the counts checked before the run dir is written
+        loop_config(cfg)  # the counts and the mode checked before the run dir is written
+        run_mode(cfg)
     except ConfigError as e:
         sys.exit(f"error: {e}")
     runlog = RunLog(cfg.run_dir)

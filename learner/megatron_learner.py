@@ -35,6 +35,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from agent.policy.models import learner_bf16, load_model, save_model
+from agent.progress import Progress
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
 from learner.mcore.model import (build_gpt, clip_grad_norm, gather_whole, init_parallel, loss_logits, on_device, ranks,
@@ -224,9 +225,12 @@ class MegatronLearner:
             i, batch = next(data)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 out = loss_logits(model, batch.ids, batch.rows, batch.cols, vocab)
+            bar.advance()
             return out, functools.partial(loss_func, i, batch)
 
-        with on_device():
+        # one bar for the job: rank 0's (every rank shares the terminal under torchrun)
+        shown = not forward_only and dist.get_rank() == 0
+        with on_device(), Progress(f"train step {self.step + 1} micro-batches", total=len(batches), enabled=shown) as bar:
             return get_forward_backward_func()(
                 forward_step_func=forward_step, data_iterator=iter(enumerate(batches)), model=[model],
                 num_microbatches=len(batches), seq_length=batches[0].ids.shape[1],

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from agent.policy.models import load_model, save_model
+from agent.progress import Progress
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
 from learner.samples import Sample
 
@@ -173,15 +174,18 @@ class TorchLearner:
             return {"skipped": 1.0, "samples": float(len(samples))}
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, all_stats, tokens = 0.0, [], 0
-        for group in micro_batches(training, self.max_tokens):
-            batch = Batch(group, self.device, self.pad_id)
-            with self._autocast():
-                logits = self._loss_logits(self.model, batch)
-            loss, stats = objective(logits, batch, len(samples))
-            loss.backward()
-            total_loss += float(loss.detach())
-            all_stats.append(stats)
-            tokens += batch.n_tokens
+        groups = micro_batches(training, self.max_tokens)
+        with Progress(f"train step {self.step + 1} micro-batches", total=len(groups)) as bar:
+            for group in groups:
+                batch = Batch(group, self.device, self.pad_id)
+                with self._autocast():
+                    logits = self._loss_logits(self.model, batch)
+                loss, stats = objective(logits, batch, len(samples))
+                loss.backward()
+                total_loss += float(loss.detach())
+                all_stats.append(stats)
+                tokens += batch.n_tokens
+                bar.advance(status=f"{tokens} tokens")
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.max_grad_norm if self.max_grad_norm is not None else float("inf")
         )

@@ -1,6 +1,11 @@
 """A Weights & Biases sink for the RunLog: the figures of metrics.jsonl, and a few turns per step.
 
-One W&B run per (env, mode, seed) run dir, grouped by experiment. Offline unless WANDB_API_KEY
+One W&B run per (env, mode, seed) run dir, grouped by experiment, its `job_type` train or eval
+(what W&B's run table filters and groups by). The sampled turns go to one `trajectories` table
+logged in INCREMENTAL mode (each step sends only its new rows; the W&B app shows one table that
+grows, not a table per step), and, given a `panel` renderer, to a `tokens` HTML panel per step:
+each sampled response with its tokens coloured by their advantage (the run viewer's colouring,
+experiments/view). Offline unless WANDB_API_KEY
 is set (offline makes no network calls; online without a network blocks for minutes), and its
 files live inside the run dir (run_dir/wandb/). W&B is a mirror, never a dependency: a failure
 to start or to log is one warning and the run goes on with metrics.jsonl alone.
@@ -13,7 +18,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from agent.turn import Turn
 
@@ -74,12 +79,15 @@ def table_row(step: int, turn: Turn) -> list[Any]:
 
 
 class WandbSink:
-    """RunLog sink: `turns(turns)` buffers a step's turns, `metrics(row)` logs the row and a
-    table of `rows_per_step` sampled turns at W&B step row["step"]; `close()` finishes."""
+    """RunLog sink: `turns(turns)` buffers a step's turns, `metrics(row)` logs the row, appends
+    `rows_per_step` sampled turns to the trajectory table and logs their token panel, at W&B step
+    row["step"]; `close()` finishes. `panel(turns)` gives the panel's HTML (None: no panel)."""
 
     def __init__(self, run_dir: str | Path, *, project: str, group: str, name: str, config: dict[str, Any],
-                 mode: str = "offline", rows_per_step: int = 4, seed: int = 0, tags: Iterable[str] = ()) -> None:
+                 job_type: str = "train", mode: str = "offline", rows_per_step: int = 4, seed: int = 0,
+                 tags: Iterable[str] = (), panel: Callable[[list[Turn]], str] | None = None) -> None:
         self.rows_per_step = rows_per_step
+        self.panel = panel
         self._rng = random.Random(seed)
         self._pending: list[Turn] = []
         self.run = None
@@ -91,11 +99,12 @@ class WandbSink:
 
             self._wandb = wandb
             self.run = wandb.init(
-                project=project, group=group, name=name, config=config, dir=str(run_dir), mode=mode,
+                project=project, group=group, name=name, job_type=job_type, config=config, dir=str(run_dir), mode=mode,
                 tags=list(tags), reinit="finish_previous",
                 settings=wandb.Settings(init_timeout=60, silent=True, console="off", disable_git=True,
                                         x_disable_stats=True, finish_timeout=60),
             )
+            self._table = wandb.Table(columns=TABLE_COLUMNS, log_mode="INCREMENTAL")
         except Exception as e:  # W&B mirrors metrics.jsonl; the run must not depend on it
             log.warning("W&B disabled for this run (%s: %s); metrics.jsonl still has every figure", type(e).__name__, e)
             self.run = None
@@ -115,7 +124,14 @@ class WandbSink:
         data: dict[str, Any] = flatten(row)
         if pending and self.rows_per_step > 0:
             picks = self._rng.sample(pending, min(self.rows_per_step, len(pending)))
-            data["trajectories"] = self._wandb.Table(columns=TABLE_COLUMNS, data=[table_row(step, t) for t in picks])
+            for t in picks:
+                self._table.add_data(*table_row(step, t))
+            data["trajectories"] = self._table
+            if self.panel is not None:
+                try:
+                    data["tokens"] = self._wandb.Html(self.panel(picks))
+                except Exception as e:  # a panel is a view of the table's turns: the figures still go
+                    log.warning("W&B token panel skipped at step %d (%s: %s)", step, type(e).__name__, e)
         try:
             self.run.log(data, step=step)
         except Exception as e:

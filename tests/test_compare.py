@@ -58,13 +58,15 @@ def test_offline_wandb_holds_the_metrics_and_a_shared_group(sweep):
         rec = offline_records(d)
         groups.add(rec["run"]["group"])
         assert rec["run"]["display_name"].startswith("custom-") and "mode" in rec["config"]
+        assert rec["run"]["job_type"] == "train"
         hist = rec["history"]
         assert [h["_step"] for h in hist] == [r["step"] for r in rows]
         for h, r in zip(hist, rows):  # the same figures as metrics.jsonl, nested keys flattened
             assert h["outcome_mean"] == pytest.approx(r["outcome_mean"])
             assert h["timings/rollout_s"] == pytest.approx(r["timings"]["rollout_s"])
             assert h["status_counts/ok"] == r["status_counts"]["ok"]
-            assert h["trajectories/_type"] == "table-file" and h["trajectories/nrows"] >= 1
+            assert h["trajectories/_type"] == "incremental-table-file" and h["trajectories/nrows"] >= 1
+            assert h["tokens/_type"] == "html-file"  # the sampled turns' token panel
         tables = list(d.glob("wandb/offline-run-*/files/media/table/trajectories_*.table.json"))
         assert len(tables) == STEPS
         table = json.loads(tables[0].read_text())

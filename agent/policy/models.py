@@ -23,6 +23,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from agent.progress import Progress
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -173,9 +175,13 @@ def smollm2_dir() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="smollm2-", dir=target.parent))
     try:
-        tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-        quantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-        save_model(_plain_copy(quantized), tok, tmp)
+        with Progress("smollm2: GGUF -> safetensors", total=3, status="tokenizer") as bar:  # once, under a minute
+            tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
+            bar.advance(status="de-quantizing the weights")
+            quantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+            bar.advance(status=f"saving to {target}")
+            save_model(_plain_copy(quantized), tok, tmp)
+            bar.advance()
         try:
             tmp.rename(target)  # atomic: a concurrent first use either wins or finds the folder made
         except OSError:

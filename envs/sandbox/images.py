@@ -27,12 +27,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from pathlib import Path
+from typing import Any, Iterator
 
 import docker
 import requests
 
+from agent.progress import Progress
 from envs.sandbox import engine
 from envs.sandbox.engine import client
 
@@ -170,7 +174,8 @@ def copy_image(tag: str, src: str, dst: str) -> None:
     t0 = time.monotonic()
     _log(f"copy {tag}: {engine.name(src)} -> {engine.name(dst)}")
     try:
-        client(dst).images.load(client(src).api.get_image(tag, chunk_size=1 << 20))
+        with Progress(f"copy {tag.rpartition('/')[2]}") as bar:
+            client(dst).images.load(_counted(client(src).api.get_image(tag, chunk_size=1 << 20), bar))
     except (docker.errors.DockerException, OSError) as e:
         raise ImageError(f"copying {tag} from {engine.name(src)} to {engine.name(dst)} failed: {e}") from e
     if not image_exists(tag, dst):
@@ -178,6 +183,15 @@ def copy_image(tag: str, src: str, dst: str) -> None:
     _log(f"copied {tag} in {time.monotonic() - t0:.1f} s")
     if tag.startswith(REPO + "/"):
         _drop_stale(tag, dst)
+
+
+def _counted(chunks: Iterator[bytes], bar: Progress) -> Iterator[bytes]:
+    """The chunks unchanged, the MiB passed so far on the bar."""
+    sent = 0
+    for chunk in chunks:
+        sent += len(chunk)
+        bar.update(status=f"{sent >> 20} MiB")
+        yield chunk
 
 
 def _from_peer(tag: str, url: str) -> bool:
@@ -210,12 +224,11 @@ def _build_base(tag: str, url: str | None = None) -> None:
         ]
         _log(f"mmdebstrap {_suite(sources[0])} from {', '.join(s.split()[-3] for s in sources)}")
         t0 = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        except subprocess.TimeoutExpired as e:
-            raise ImageError(f"mmdebstrap took over {BUILD_TIMEOUT_S} s") from e
-        if proc.returncode != 0:
-            raise ImageError(f"mmdebstrap failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        code, err = _mmdebstrap(cmd)
+        if code is None:
+            raise ImageError(f"mmdebstrap took over {BUILD_TIMEOUT_S} s")
+        if code != 0:
+            raise ImageError(f"mmdebstrap failed ({code}):\n{err[-3000:]}")
         _log(f"root file system in {time.monotonic() - t0:.0f} s; docker import as {tag}")
         repo, _, version = tag.rpartition(":")
         client(url).api.import_image(
@@ -230,6 +243,33 @@ def _build_base(tag: str, url: str | None = None) -> None:
         )
     if not image_exists(tag, url):
         raise ImageError(f"docker import did not produce {tag}")
+
+
+def _mmdebstrap(cmd: list[str]) -> tuple[int | None, str]:
+    """Run mmdebstrap, its latest stderr line ("I: downloading packages...") on the progress
+    line: (its exit status, or None when BUILD_TIMEOUT_S passed and it was killed; its stderr's tail)."""
+    tail: deque[str] = deque(maxlen=200)
+    expired = threading.Event()
+    with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, errors="replace") as proc:
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(BUILD_TIMEOUT_S, expire)
+        timer.start()
+        try:
+            with Progress("mmdebstrap") as bar:
+                for line in proc.stderr or ():
+                    tail.append(line)
+                    bar.update(status=line.strip()[:70])
+            code = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:  # interrupted while reading: stop it before the context waits on it
+                proc.kill()
+    return (None if expired.is_set() else code), "".join(tail)
 
 
 _VAR = re.compile(r"\$(?:\{(\w+)(?::?-([^}]*))?\}|(\w+))")
@@ -362,11 +402,9 @@ def build_image(context_dir: str | os.PathLike, base: str | None = None, name: s
                 _log(f"{', '.join(missing)} not here: building {ctx} on {sub}")
             _log(f"docker build --network none {ctx} -> {tag} on {engine.name(url)}")
             try:
-                client(url).images.build(
-                    path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs={"BASE": base} if base else None,
-                    network_mode="none", pull=False, rm=True, forcerm=True, labels={"openclaw.recipe": tag},
-                    timeout=timeout,
-                )
+                _docker_build(url, path=str(ctx), dockerfile=dockerfile, tag=tag, buildargs={"BASE": base} if base else None,
+                              network_mode="none", pull=False, rm=True, forcerm=True, labels={"openclaw.recipe": tag},
+                              timeout=timeout)
             except docker.errors.BuildError as e:
                 tail = "".join(str(x.get("stream", x.get("error", ""))) for x in e.build_log)[-3000:]
                 raise ImageError(f"docker build of {tag} failed: {e.msg}\n{tail}") from e
@@ -374,6 +412,25 @@ def build_image(context_dir: str | os.PathLike, base: str | None = None, name: s
                 raise ImageError(f"docker build of {tag} failed (build timeout {timeout:g} s): {e}") from e
         _drop_stale(tag, url)
     return tag
+
+
+_STEP = re.compile(r"Step (\d+)/(\d+) : (.*)")
+
+
+def _docker_build(url: str | None, *, tag: str, **kw: Any) -> None:
+    """docker-py's `images.build`, its stream read here: each `Step n/m` the builder reports moves
+    the progress bar, so a build that takes minutes shows where it is. A failed step is a
+    BuildError with the log so far, as `images.build` raises it."""
+    build_log: list[dict[str, Any]] = []
+    with Progress(f"docker build {tag.rpartition('/')[2]}", status="sending the context") as bar:
+        for chunk in client(url).api.build(tag=tag, decode=True, **kw):
+            build_log.append(chunk)
+            if "error" in chunk:
+                raise docker.errors.BuildError(chunk["error"], build_log)
+            if m := _STEP.match(str(chunk.get("stream", ""))):
+                bar.update(done=int(m[1]) - 1, total=int(m[2]), status=m[3].strip()[:60])
+    if not image_exists(tag, url):
+        raise docker.errors.BuildError(str(build_log[-1]) if build_log else "no image", build_log)
 
 
 def ensure_image(name: str = "sandbox", url: str | None = None) -> str:

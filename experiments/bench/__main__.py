@@ -13,6 +13,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from agent.progress import Progress
 from envs.sandbox.sweeper import sigterm_as_sigint
 
 
@@ -32,17 +33,22 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"usage: python -m experiments.bench NAME [args]; NAME is one of: {', '.join(names())}, all")
     name, rest = argv[0], argv[1:]
     if name != "all":
-        print(json.dumps(run_one(name, rest)), flush=True)
+        with Progress(f"bench {name}"):
+            figures = run_one(name, rest)
+        print(json.dumps(figures), flush=True)
         return
     out = Path("runs/bench")
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
-    for n in names():
-        try:
-            summary[n] = run_one(n, rest)
-        except Exception as e:  # one broken benchmark must not hide the others' figures
-            summary[n] = {"error": f"{type(e).__name__}: {e}"}
-        (out / f"{n}.json").write_text(json.dumps(summary[n], indent=2))
+    with Progress("bench", total=len(names())) as bar:
+        for n in names():
+            bar.update(status=n)
+            try:
+                summary[n] = run_one(n, rest)
+            except Exception as e:  # one broken benchmark must not hide the others' figures
+                summary[n] = {"error": f"{type(e).__name__}: {e}"}
+            (out / f"{n}.json").write_text(json.dumps(summary[n], indent=2))
+            bar.advance()
     lines = ["| benchmark | figures |", "|---|---|"]
     lines += [f"| {n} | {json.dumps(v)} |" for n, v in summary.items()]
     (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agent.turn import OPDSignal
+from agent.turn import OPDSignal, Turn, turn_record
 from experiments.view import terminal
 from experiments.view.records import Episode
-from experiments.view.tokens import colour, token_pieces, token_values
+from experiments.view.tokens import RunTokenizer, colour, token_pieces, token_values
 from learner.diagnostics import hint_fate
 
 _CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>\n?|$)", re.S)
@@ -142,16 +142,14 @@ def _prompt_part(turn: dict[str, Any], prev: dict[str, Any] | None, tok: Any) ->
 def episode_html(ep: Episode, run: RunInfo, image: Callable[[str], str | None]) -> str:
     turns = sorted(ep.turns, key=lambda t: t.get("step_index", 0))
     valued = [token_values(t, run.mode) for t in turns]
-    scale = max((abs(v) for vals, _ in valued if vals for v in vals), default=0.0) or 1.0
+    scale = _scale(valued)
     last = turns[-1]
     title = f"{run.label} · {ep.episode_id}"
     head = (f'<h1>{esc(title)}</h1><div class="meta">env <b>{esc(run.env)}</b> · mode <b>{esc(run.mode)}</b> · task '
             f'<b>{esc(last.get("task_id", ""))}</b> · step <b>{esc(ep.step)}</b> · {len(turns)} turns · outcome '
             f'<b id="outcome">{_num(last.get("outcome"))}</b> · policy versions '
             f'{esc(", ".join(str(v) for v in sorted({t.get("policy_version") for t in turns}, key=str)))}</div>'
-            + (f'<div class="meta legend">token colour: <span style="background:{colour(1, 1)}">pushed up</span> '
-               f'<span style="background:{colour(-1, 1)}">pushed down</span>, full colour at |value| = {scale:.4g}; '
-               f'hover a token for its values</div>' if any(vals for vals, _ in valued) else ""))
+            + (_legend(scale) if any(vals for vals, _ in valued) else ""))
     body = []
     prev = None
     for turn, (values, what) in zip(turns, valued):
@@ -177,6 +175,44 @@ def episode_html(ep: Episode, run: RunInfo, image: Callable[[str], str | None]) 
             f'</section>')
         prev = turn
     return page(title, head + "".join(body), "../assets/view.css", back="../index.html")
+
+
+def _scale(valued: list[tuple[list[float] | None, str]]) -> float:
+    """The |value| at which a token is fully coloured: the largest among the turns shown together."""
+    return max((abs(v) for vals, _ in valued if vals for v in vals), default=0.0) or 1.0
+
+
+def _legend(scale: float) -> str:
+    return (f'<div class="meta legend">token colour: <span style="background:{colour(1, 1)}">pushed up</span> '
+            f'<span style="background:{colour(-1, 1)}">pushed down</span>, full colour at |value| = {scale:.4g}; '
+            f'hover a token for its values</div>')
+
+
+def turns_html(turns: list[dict[str, Any]], run: RunInfo) -> str:
+    """A few turns' responses, each token coloured by its value as on an episode page, on one
+    scale: the W&B token panel of a step's sampled turns (a fragment; the colours are inline)."""
+    valued = [token_values(t, run.mode) for t in turns]
+    scale = _scale(valued)
+    parts = [_legend(scale)] if any(vals for vals, _ in valued) else []
+    for turn, (values, what) in zip(turns, valued):
+        parts.append(f'<h3>{esc(turn.get("episode_id", ""))} · turn {esc(turn.get("step_index", ""))} · '
+                     f'<span class="meta">{esc(what)}</span></h3>{response_html(turn, run, scale, values, what)}')
+    return '<div style="font-family:sans-serif"><style>pre.resp{white-space:pre-wrap}</style>' + "".join(parts) + "</div>"
+
+
+def token_panel(config: dict[str, Any]) -> Callable[[list[Turn]], str]:
+    """The HTML of a run's sampled turns (turns_html) for W&B's token panel; `config` is the
+    run's resolved config (its model gives the tokenizer, its mode what a token's value is)."""
+    tok = RunTokenizer(config)
+
+    def panel(turns: list[Turn]) -> str:
+        records = [turn_record(t) for t in turns]
+        needs_tok = any(r.get("response_ids") for r in records)
+        run = RunInfo("", str(config.get("name", "")), str(config["env"]["name"]), str(config["mode"]["name"]),
+                      tok.get() if needs_tok else None)
+        return turns_html(records, run)
+
+    return panel
 
 
 def page(title: str, body: str, css: str, back: str | None = None, scripts: tuple[str, ...] = ()) -> str:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from agent.progress import Progress
 from experiments.compare import CompareError, Run, load_run
 from experiments.view.curves import RUN_COLOURS, curves_html
 from experiments.view.pages import RunInfo, episode_html, esc, page
 from experiments.view.records import Episode, episodes
+from experiments.view.tokens import RunTokenizer
 
 MARKER = ".openclaw-view"  # marks a folder as this tool's output, so a rebuild may clear it
 ASSETS = Path(__file__).parent / "assets"
@@ -42,28 +43,6 @@ def _prepare(out: Path) -> None:
     (out / MARKER).write_text("written by python -m experiments.view\n")
     shutil.copytree(ASSETS, out / "assets")
     (out / "data").mkdir()
-
-
-class _Tokenizer:
-    """The run's tokenizer, loaded on first use (oracle runs record no token ids and need none)."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        model = config.get("model") or {}
-        self.name = str(model.get("path") or model.get("name") or "")
-        self._tok: Any = None
-        self._failed = False
-
-    def get(self) -> Any:
-        if self._tok is None and not self._failed and self.name:
-            from agent.policy.models import load_tokenizer
-
-            try:
-                self._tok = load_tokenizer(self.name)
-            except Exception as e:  # a model folder that is gone: pages show the action text
-                self._failed = True
-                print(f"warning: no tokenizer for model {self.name!r} ({type(e).__name__}: {e}); "
-                      "responses are shown uncoloured", file=sys.stderr)
-        return self._tok
 
 
 def _images(run_dir: Path, pages_dir: Path) -> Callable[[str], str | None]:
@@ -143,19 +122,21 @@ def build(run_dirs: list[str | Path], out: str | Path) -> Path:
     _prepare(out)
     rows: list[list[Any]] = []
     counts = []
-    for k, run in enumerate(runs):
-        pages_dir = out / f"r{k}"
-        pages_dir.mkdir()
-        tok = _Tokenizer(run.config)
-        image = _images(run.dir, pages_dir)
-        n = 0
-        for ep in episodes(run.dir):
-            needs_tok = any(t.get("response_ids") for t in ep.turns)
-            info = RunInfo(f"r{k}", f"r{k} {run.dir.name}", run.env, run.mode, tok.get() if needs_tok else None)
-            (pages_dir / f"e{ep.number}.html").write_text(episode_html(ep, info, image), encoding="utf-8")
-            rows.append(_row(k, run, ep))
-            n += 1
-        counts.append(n)
+    with Progress("view: episode pages") as bar:
+        for k, run in enumerate(runs):
+            pages_dir = out / f"r{k}"
+            pages_dir.mkdir()
+            tok = RunTokenizer(run.config)
+            image = _images(run.dir, pages_dir)
+            n = 0
+            for ep in episodes(run.dir):
+                needs_tok = any(t.get("response_ids") for t in ep.turns)
+                info = RunInfo(f"r{k}", f"r{k} {run.dir.name}", run.env, run.mode, tok.get() if needs_tok else None)
+                (pages_dir / f"e{ep.number}.html").write_text(episode_html(ep, info, image), encoding="utf-8")
+                rows.append(_row(k, run, ep))
+                n += 1
+                bar.advance(status=f"run {k + 1}/{len(runs)} {run.dir.name}")
+            counts.append(n)
     (out / "data" / "index.js").write_text(_data_js(runs, rows), encoding="utf-8")
     (out / "compare.html").write_text(page(
         "side by side", '<div id="pair" class="pair"></div>', "assets/view.css", back="index.html",

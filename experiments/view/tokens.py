@@ -10,6 +10,7 @@ sample.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 from agent.turn import Turn
@@ -68,3 +69,26 @@ def colour(value: float, scale: float) -> str:
     if value == 0 or alpha == 0:
         return "transparent"
     return f"rgba(22, 163, 74, {alpha})" if value > 0 else f"rgba(220, 38, 38, {alpha})"
+
+
+class RunTokenizer:
+    """The run's tokenizer, loaded on first use (oracle runs record no token ids and need none);
+    the episode pages and the W&B token panels (experiments/run.py) colour tokens with it."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        model = config.get("model") or {}
+        self.name = str(model.get("path") or model.get("name") or "")
+        self._tok: Any = None
+        self._failed = False
+
+    def get(self) -> Any:
+        if self._tok is None and not self._failed and self.name:
+            from agent.policy.models import load_tokenizer
+
+            try:
+                self._tok = load_tokenizer(self.name)
+            except Exception as e:  # a model folder that is gone: pages show the action text
+                self._failed = True
+                print(f"warning: no tokenizer for model {self.name!r} ({type(e).__name__}: {e}); "
+                      "responses are shown uncoloured", file=sys.stderr)
+        return self._tok
