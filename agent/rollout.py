@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 from agent.actors import Action, Actor
 from agent.policy.base import PolicyUnavailable
-from agent.progress import Progress
+from envs.progress import Progress
 from agent.turn import Turn
 from envs.base import AgentEnv, NextState, Status, TaskSplit
 

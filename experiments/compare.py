@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import yaml
 
-from agent.progress import Progress
+from envs.progress import Progress
 from learner.stats import Estimate, bootstrap_mean, paired_permutation_p, t_mean
 
 Figure = tuple[str, str, tuple[str, ...]]  # (key in report, title, how to read it from a metrics row)

@@ -23,7 +23,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from agent import progress
+from envs import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_eval_runner, build_personalization, mix_weights,

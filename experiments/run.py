@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from agent import progress
+from envs import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,

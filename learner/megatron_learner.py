@@ -35,7 +35,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from agent.policy.models import learner_bf16, load_model, save_model
-from agent.progress import Progress
+from envs.progress import Progress
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
 from learner.mcore.model import (build_gpt, clip_grad_norm, gather_whole, init_parallel, loss_logits, on_device, ranks,

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from agent.policy.models import load_model, save_model
-from agent.progress import Progress
+from envs.progress import Progress
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
 from learner.samples import Sample
 

@@ -13,7 +13,7 @@ import sys
 import threading
 
 from agent.actors import OracleActor
-from agent.progress import Progress
+from envs.progress import Progress
 from agent.rollout import EpisodeJob, Runner
 from tests.toy_envs import CountdownEnv
 

@@ -23,7 +23,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from agent.progress import Progress
+from envs.progress import Progress
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CHATML_TEMPLATE = (

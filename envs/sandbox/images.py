@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import docker
 import requests
 
-from agent.progress import Progress
+from envs.progress import Progress
 from envs.sandbox import engine
 from envs.sandbox.engine import client
 

@@ -13,7 +13,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from agent.progress import Progress
+from envs.progress import Progress
 from envs.sandbox.sweeper import sigterm_as_sigint
 
 

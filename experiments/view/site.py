@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from agent.progress import Progress
+from envs.progress import Progress
 from experiments.compare import CompareError, Run, load_run
 from experiments.view.curves import RUN_COLOURS, curves_html
 from experiments.view.pages import RunInfo, episode_html, esc, page

@@ -1,5 +1,6 @@
 """The one progress display for every long wait: image builds, model conversion, rollouts,
-held-out evaluation, training steps, benchmarks, `compare` and `view`.
+held-out evaluation, training steps, benchmarks, `compare` and `view` (in envs/, the bottom
+layer, because the sandbox image builds use it too).
 
 On a terminal (stderr a TTY) the live bars share one status line, redrawn in place with \\r (a
 training step's bar beside the rollouts' reads "rollouts 3/8 ... | train step 2 1/4 ..."); the
