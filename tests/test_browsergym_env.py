@@ -34,7 +34,8 @@ class WrongName:
         WrongName.browsers = [Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in browser_pids(env.marker)]
         self.page = messages[-1]["content"]
         # Submit again until it lands (a BrowserGym action may time out on a loaded machine)
-        self.plan = itertools.chain(["click('9999')", "fill('{box}', 'nobody')"], itertools.repeat("click('{submit}')"))
+        self.plan = itertools.chain(["goto('file:///etc/hostname')", "click('9999')", "fill('{box}', 'nobody')"],
+                                    itertools.repeat("click('{submit}')"))
 
     async def act(self) -> Action:
         bids = {"box": re.search(r"\[(\w+)\] textbox 'Name'", self.page)[1],
@@ -73,8 +74,11 @@ def test_the_oracle_solves_the_form_and_a_wrong_name_fails_it_through_the_runner
     assert solved.turns[-1].next_state.data["task_info"]["pressed"] == "Submit"
     # the wrong name: the missing element is BrowserGym's error, the wrong submission its reward 0
     assert wrong.outcome == 0.0 and wrong.turns[-1].episode_done
-    assert wrong.turns[0].status == "invalid_action" and wrong.turns[0].next_state.data["verdict"] == -1
-    assert 'Could not find element with bid "9999"' in wrong.turns[0].next_state.content
+    # no goto by default: a host file is not a page the agent can open
+    assert wrong.turns[0].status == "invalid_action" and "Invalid action type 'goto'" in wrong.turns[0].next_state.content
+    assert wrong.turns[0].next_state.data["url"].endswith("browsergym_form.html")
+    assert wrong.turns[1].status == "invalid_action" and wrong.turns[1].next_state.data["verdict"] == -1
+    assert 'Could not find element with bid "9999"' in wrong.turns[1].next_state.content
     assert "but the Name box had to say" in wrong.turns[-1].next_state.content
     assert wrong.turns[-1].next_state.data["task_info"]["name"] in ("nobody", "")  # "" when the fill timed out under load
 

@@ -6,7 +6,8 @@ such as `miniwob.click-test` (its package `browsergym.miniwob` is imported to re
 BrowserGym's packages register their tasks on import). Task `seed-00042` is the task reset with
 seed 42 (+ `seed`). The env is BrowserGym's own (`gym.make("browsergym/<task>")`), driven
 unchanged: actions are its high-level action strings (`click('12')`, `fill('5', 'text')`, ...,
-`action_subsets` picks BrowserGym's subsets), each next state is the page as BrowserGym's agents
+`action_subsets` picks BrowserGym's subsets; the default is BrowserGym's default set without
+`goto`, which would let an agent open any host file as a `file://` page), each next state is the page as BrowserGym's agents
 read it (URL, the error of the last action, new chat messages from the task, open tabs and the
 accessibility tree from `flatten_axtree_to_str`, where `[bid]` names what actions take). An
 action BrowserGym could not carry out is status invalid_action (verdict -1). The outcome is the
@@ -45,7 +46,7 @@ from envs.gui.procs import MARKER_VAR, kill_marked, owner_prefix
 
 bgym_core = require("browsergym.core", "browsergym-core")
 playwright_sync = require("playwright.sync_api", "playwright")
-from browsergym.core.action.highlevel import HighLevelActionSet  # noqa: E402
+from browsergym.core.action.highlevel import ACTION_SUBSETS, HighLevelActionSet  # noqa: E402
 from browsergym.utils.obs import flatten_axtree_to_str  # noqa: E402
 
 from envs.ecosystem import browsergym_tasks  # noqa: E402,F401  (registers openclaw.form)
@@ -114,6 +115,14 @@ class _Thread:
         self._calls.put(None)
 
 
+def default_actions() -> HighLevelActionSet:
+    """BrowserGym's default action set (chat, infeas, bid, nav, tab) without `goto`: the task
+    pages are files on the host, so a `goto('file:///...')` would read any host file into the
+    page. A user who wants it names the subsets (`env.action_subsets=[bid,nav]`)."""
+    kept = [f for name in ("nav", "tab") for f in ACTION_SUBSETS[name] if f.__name__ != "goto"]
+    return HighLevelActionSet(subsets=["chat", "infeas", "bid", "custom"], custom_actions=kept)
+
+
 class BrowserGymEnv(AgentEnv):
     """A BrowserGym task; see the module docstring."""
 
@@ -124,7 +133,7 @@ class BrowserGymEnv(AgentEnv):
         self.env_id = f"browsergym/{self.name}"
         _register(self.name, self.env_id)
         self.n_tasks, self.seed = int(n_tasks), int(seed)
-        self.actions = HighLevelActionSet(subsets=list(action_subsets)) if action_subsets else HighLevelActionSet()
+        self.actions = HighLevelActionSet(subsets=list(action_subsets)) if action_subsets else default_actions()
         self._kwargs = {**dict(env_kwargs or {}), "task_kwargs": dict(task_kwargs or {}), "headless": True,
                         "action_mapping": self.actions.to_python_code}
         configure_env()  # MINIWOB_CHROME_BINARY: Debian's chromium, as the GUI env finds it
