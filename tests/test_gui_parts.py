@@ -17,7 +17,7 @@ from envs.base import NextState
 from envs.gui.commands import ActionError, Command, parse_command, tool_schemas
 from envs.gui.miniwob_backend import elements_from_dom, key_to_miniwob
 from envs.gui.osworld import command_to_pyautogui, elements_from_a11y, load_task_configs, screen_from_obs
-from envs.gui.procs import MARKER_VAR, browser_pids, kill_marked
+from envs.gui.procs import MARKER_VAR, browser_pids, kill_marked, marker
 from envs.gui.screen import Element, Screen, describe_changes, diff_listing, image_content_part
 from envs.gui.verdict import field_progress, verdict
 
@@ -167,6 +167,21 @@ def test_kill_marked_kills_a_process_tree_and_its_session():
     finally:
         proc.kill()
         proc.wait(timeout=5)
+
+
+def test_killing_browser_1_spares_browser_10():
+    procs = {n: subprocess.Popen(["sleep", "60"], env={**os.environ, MARKER_VAR: marker(n)}, start_new_session=True)
+             for n in ("1", "10")}
+    try:
+        deadline = time.monotonic() + 10
+        while not all(browser_pids(marker(n)) for n in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert kill_marked(marker("1")) == 1
+        assert procs["1"].wait(timeout=5) == -9 and procs["10"].poll() is None
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(timeout=5)
 
 
 # ---- OSWorld adapter (no VM) -------------------------------------------------------------

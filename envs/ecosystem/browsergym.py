@@ -42,7 +42,7 @@ from envs.base import AgentEnv, NextState, Status, StepResult, Task
 from envs.ecosystem import require
 from envs.gui import reaper
 from envs.gui.browser import OFFLINE_ARGS, BrowserError, configure_env
-from envs.gui.procs import MARKER_VAR, kill_marked, owner_prefix
+from envs.gui.procs import MARKER_VAR, kill_marked, marker
 
 bgym_core = require("browsergym.core", "browsergym-core")
 playwright_sync = require("playwright.sync_api", "playwright")
@@ -139,7 +139,7 @@ class BrowserGymEnv(AgentEnv):
         configure_env()  # MINIWOB_CHROME_BINARY: Debian's chromium, as the GUI env finds it
         os.environ.setdefault("PLAYWRIGHT_NODEJS_PATH", str(NODE))
         reaper.start()
-        self.marker = f"{owner_prefix()}browsergym-{next(_numbers)}."  # the dot: no marker prefixes another
+        self.marker = marker(f"browsergym-{next(_numbers)}")
         self._thread = _Thread()
         self._driver: Any = None  # Playwright, started on the env's thread (with its node driver process)
         self._env: Any = None

@@ -26,7 +26,7 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
 from envs.gui import reaper
-from envs.gui.procs import MARKER_VAR, kill_marked, owner_prefix, sweep_orphans
+from envs.gui.procs import MARKER_VAR, kill_marked, marker, sweep_orphans
 
 #: The machine has no network: no first-run, sync, update or background fetches (BrowserGym's
 #: Chromium, envs/ecosystem/browsergym.py, starts with these too).
@@ -82,7 +82,7 @@ class Browser:
             sweep_orphans()
             _swept = True
         reaper.start()
-        self.marker = f"{owner_prefix()}{next(_counter)}"
+        self.marker = marker(str(next(_counter)))
         self.profile = tempfile.mkdtemp(prefix="openclaw-gui-")
         self.url: str | None = None
         options = webdriver.ChromeOptions()

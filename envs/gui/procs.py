@@ -1,7 +1,7 @@
 """Find and kill the processes of our browsers.
 
-Each chromedriver is started in a session of its own with MARKER_VAR="<owner pid>:<number>" in
-its environment. Chromium's helpers reach us by one of two threads: the zygotes and renderers
+Each chromedriver is started in a session of its own with MARKER_VAR=`marker(name)`
+("<owner pid>:<name>.") in its environment. Chromium's helpers reach us by one of two threads: the zygotes and renderers
 stay in chromedriver's session but are started with a cleaned environment, while the crashpad
 handlers keep the environment but start sessions of their own. A browser's processes are
 therefore the marked ones plus every process in a marked process's session.
@@ -95,6 +95,13 @@ def kill_marked(prefix: str, timeout_s: float = 10.0) -> int:
 def owner_prefix(pid: int | None = None) -> str:
     """The marker prefix shared by every browser a process started."""
     return f"{os.getpid() if pid is None else pid}:"
+
+
+def marker(name: str) -> str:
+    """The marker of one browser of this process. The closing dot keeps one browser's marker
+    from being a prefix of another's ("1." is not a prefix of "10."), so killing browser 1
+    never kills browser 10."""
+    return f"{owner_prefix()}{name}."
 
 
 def sweep_orphans() -> int:
