@@ -19,6 +19,7 @@ Turns with infra_error or timeout never count as reward 0; they leave the batch.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 from typing import Any
@@ -62,6 +63,10 @@ def first_messages(system_prompt: str, user_content: str) -> list[dict[str, Any]
     user's message (what `reset` hands the agent in info["messages"])."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return [*system, {"role": "user", "content": user_content}]
+
+
+class ForkError(RuntimeError):
+    """The env cannot fork (its state cannot be copied, or the copy of a resource failed)."""
 
 
 @dataclasses.dataclass
@@ -150,12 +155,18 @@ class AgentEnv(gymnasium.Env):
                                             extra first content (None: the prompt alone)
       _act(action) -> StepResult            carry one action out
     Optional: system_prompt(), tools(), oracle_action(), random_action(rng), _finish() (free
-    per-episode resources), close() (free everything).
+    per-episode resources), close() (free everything), and for `fork`: `fork_shared` (attributes
+    a fork shares rather than copies), `fork_held` (attributes holding sandboxes the fork gets
+    forks of) or _fork_resources() (what a fork holds in place of this env's resources).
     """
 
     metadata = {"render_modes": []}
     #: outcome given when the turn limit is reached without the agent finishing
     fail_outcome: float = -1.0
+    #: attributes a fork shares with its original instead of copying (read-only data: task tables)
+    fork_shared: tuple[str, ...] = ()
+    #: attributes (dotted paths) holding resources with fork() and close(): a fork holds their forks
+    fork_held: tuple[str, ...] = ()
 
     def __init__(self, max_turns: int = 10) -> None:
         super().__init__()
@@ -188,6 +199,44 @@ class AgentEnv(gymnasium.Env):
         one; the next state says why (verdict -1: the action failed)."""
         ns = NextState("tool", f"Error: {error}.", kind, {"error": error, "verdict": -1})
         return StepResult(ns, Status.ENV_ERROR, done=True, outcome=self.fail_outcome)
+
+    def _fork_resources(self) -> dict[int, Any]:
+        """What a fork holds in place of this env's resources: id(resource) -> its fork (a
+        sandbox's `fork()`), or None where the fork may open its own. Everything else is
+        deep-copied. Default: forks of what `fork_held` names (None stays None). A sandbox that
+        fails to fork raises SandboxError (infra)."""
+        out: dict[int, Any] = {}
+        try:
+            for path in self.fork_held:
+                held = self
+                for name in path.split("."):
+                    held = getattr(held, name)
+                if held is not None:
+                    out[id(held)] = held.fork()
+        except BaseException:
+            for done in out.values():
+                done.close()
+            raise
+        return out
+
+    def fork(self) -> AgentEnv:
+        """An independent copy of this env, mid-episode, that continues from the same state: a deep
+        copy sharing `fork_shared`, holding forks of its resources (`_fork_resources`). Closing it
+        releases those. An env whose state cannot be copied raises ForkError; one that holds what
+        no deep copy can fork (a browser, a socket) overrides this to fork it or to say it cannot."""
+        resources = self._fork_resources()
+        memo: dict[int, Any] = {id(getattr(self, name)): getattr(self, name) for name in self.fork_shared}
+        memo.update(resources)
+        try:
+            return copy.deepcopy(self, memo)
+        except Exception as e:
+            for held in resources.values():
+                if held is not None:
+                    held.close()
+            if isinstance(e, ForkError):
+                raise
+            raise ForkError(f"{type(self).__name__} cannot fork: its state cannot be copied ({type(e).__name__}: {e}); "
+                            "it must override fork()") from e
 
     def system_prompt(self) -> str | None:
         return None
