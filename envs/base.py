@@ -15,7 +15,9 @@ them differently:
                   hard limit that stopped it: see `_stopped`).
   infra_error     the env's machinery failed (sandbox died, daemon error): not the agent's fault.
   timeout         a harness deadline (step or episode) fired: not the agent's fault.
-Turns with infra_error or timeout never count as reward 0; they leave the batch.
+  diverged        env=replay (envs/replay.py): the run being replayed recorded no such action at
+                  this point, so no next state is known.
+Turns with infra_error, timeout or diverged never count as reward 0; they leave the batch.
 """
 from __future__ import annotations
 
@@ -41,18 +43,19 @@ def cap_text(text: str, limit: int) -> str:
 
 class Status(str, enum.Enum):
     """How a step went: the agent's doing (ok, invalid_action, env_error) or not (infra_error,
-    timeout). Written as its plain value in info["status"], turns.jsonl and metrics."""
+    timeout, diverged). Written as its plain value in info["status"], turns.jsonl and metrics."""
 
     OK = "ok"
     INVALID_ACTION = "invalid_action"
     ENV_ERROR = "env_error"
     INFRA_ERROR = "infra_error"
     TIMEOUT = "timeout"
+    DIVERGED = "diverged"
 
     @property
     def is_infra(self) -> bool:
         """True for failures that are not the agent's doing (excluded from training)."""
-        return self in (Status.INFRA_ERROR, Status.TIMEOUT)
+        return self in (Status.INFRA_ERROR, Status.TIMEOUT, Status.DIVERGED)
 
     def __str__(self) -> str:  # the plain value in logs and tables, as the JSON has it
         return self.value
@@ -333,6 +336,7 @@ ENVS: dict[str, tuple[str, str]] = {
     "toolcall": ("openclaw/ToolCall-v0", "envs.toolcall.env:ToolCallEnv"),
     "chat_sim": ("openclaw/ChatSim-v0", "envs.chat_sim.env:ChatSimEnv"),
     "reasoning": ("openclaw/Reasoning-v0", "envs.reasoning.env:ReasoningEnv"),
+    "replay": ("openclaw/Replay-v0", "envs.replay:ReplayEnv"),
 }
 for _env_id, _entry in ENVS.values():
     register(_env_id, _entry)
