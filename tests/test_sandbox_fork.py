@@ -47,7 +47,8 @@ def test_fork_continues_identically_then_independently(backend):
             r = fork.exec('cat ../f; echo "$OC_A"; pwd; ls /tmp')
             assert r.stdout.split("\n")[:3] == ["two", "fork", a.stdout.split("\n")[0] + "/e"]
             assert "blob" not in r.stdout
-            assert fork.fork().exec("cat ../f").stdout == "two\n"  # a fork of a fork (closed with its run)
+            with fork.fork() as grandchild:  # a fork of a fork
+                assert grandchild.exec("cat ../f").stdout == "two\n"
         finally:
             fork.close()
         with pytest.raises(SandboxError, match="closed"):
