@@ -49,7 +49,7 @@ _cache_lock = threading.Lock()
 def _load(run_dir: Path) -> _Record:
     path = run_dir / "turns.jsonl"
     if not path.is_file():
-        raise ValueError(f"env=replay: {run_dir} holds no turns.jsonl (env.run_dir names a finished run's directory)")
+        raise ValueError(f"{run_dir} holds no turns.jsonl (env.run_dir names a finished run's directory)")
     st = path.stat()
     key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
     with _cache_lock:
@@ -67,7 +67,7 @@ def _index(path: Path, tasks_json: Path) -> _Record:
                 d = json.loads(line)
                 step = {k: d[k] for k in ("task_id", "step_index", "action", "next_state", "status", "outcome", "episode_done")}
             except (ValueError, KeyError) as e:
-                raise ValueError(f"env=replay: {path} line {n} is not a turn record ({e})") from None
+                raise ValueError(f"{path} line {n} is not a turn record ({e})") from None
             episodes.setdefault(d["episode_id"], []).append(step)
             if step["step_index"] == 0 and d["task_id"] not in openings:
                 openings[d["task_id"]] = {"messages": d.get("messages") or [], "tools": d.get("tools") or []}
@@ -87,8 +87,10 @@ class ReplayEnv(AgentEnv):
 
     fork_shared = ("record",)
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str | None = None) -> None:
         super().__init__(max_turns=NO_LIMIT)
+        if not run_dir:
+            raise ValueError("name the run to replay: env.run_dir=RUN (a finished run's directory)")
         self.record = _load(Path(run_dir))
         self.node = _Node()
 

@@ -56,3 +56,5 @@ def test_a_divergent_action_ends_the_episode_as_diverged(recorded):
 def test_a_missing_run_is_one_clear_line(tmp_path):
     p = run_cli("env=replay", f"env.run_dir={tmp_path}/nothing", *COMMON, f"run_dir={tmp_path}/r")
     assert p.returncode != 0 and "holds no turns.jsonl" in p.stderr and "Traceback" not in p.stderr
+    p = run_cli("env=replay", *COMMON, f"run_dir={tmp_path}/r2")
+    assert p.returncode != 0 and "env.run_dir=RUN" in p.stderr and "Traceback" not in p.stderr
