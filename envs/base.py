@@ -69,7 +69,7 @@ def first_messages(system_prompt: str, user_content: str) -> list[dict[str, Any]
 
 
 class ForkError(RuntimeError):
-    """The env cannot fork (its state cannot be copied, or the copy of a resource failed)."""
+    """The env cannot fork: its state cannot be deep-copied, or it holds what cannot be forked."""
 
 
 @dataclasses.dataclass
@@ -239,7 +239,7 @@ class AgentEnv(gymnasium.Env):
             if isinstance(e, ForkError):
                 raise
             raise ForkError(f"{type(self).__name__} cannot fork: its state cannot be copied ({type(e).__name__}: {e}); "
-                            "it must override fork()") from e
+                            "name what it holds in fork_held or fork_shared, or override fork()") from e
 
     def system_prompt(self) -> str | None:
         return None

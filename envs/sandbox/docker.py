@@ -487,15 +487,6 @@ class DockerSandbox:
             raise SandboxError(f"the fork's shell did not take the state: {r.stderr.strip()}")
         return child
 
-    def _stat(self, path: str) -> dict[str, Any]:
-        """The engine's stat of a path in the container (name, size, mode, mtime)."""
-        try:
-            res = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path})
-            res.raise_for_status()
-            return json.loads(base64.b64decode(res.headers.get("X-Docker-Container-Path-Stat", "") or "e30="))
-        except (API_ERRORS, ValueError) as e:
-            raise self._infra_error(f"cannot stat {path}: {e}") from e
-
     def _take_changes(self, src: DockerSandbox, diff: list[dict[str, Any]]) -> None:
         """Make this container's files what `src`'s are, from `src`'s diff against the image."""
         gone = sorted(d["Path"] for d in diff if d["Kind"] == 2)
@@ -513,7 +504,7 @@ class DockerSandbox:
             path = d["Path"]
             if d["Kind"] == 2 or any(path.startswith(a + "/") for a in added):
                 continue
-            if d["Kind"] == 0 and src._stat(path).get("mode", 0) & (1 << 31):
+            if d["Kind"] == 0 and (src._stat(path) or {}).get("mode", 0) & (1 << 31):
                 continue  # a folder of the image whose contents changed: the changes are listed apart
             if d["Kind"] == 1:
                 added.append(path)
@@ -545,13 +536,20 @@ class DockerSandbox:
             except API_ERRORS as e:
                 raise self._infra_error(f"cannot write into {dest_dir}: {e}") from e
 
-    def _exists(self, path: str) -> bool:
-        """Whether `path` exists in the container, asked of the engine (no process inside runs)."""
+    def _stat(self, path: str) -> dict[str, Any] | None:
+        """The engine's stat of `path` in the container (name, size, mode, mtime), None when it
+        does not exist; no process inside runs."""
         try:  # HEAD on the archive endpoint: a stat, without packing the folder
-            code = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path}).status_code
-        except API_ERRORS as e:
+            res = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path})
+            if res.status_code != 200:
+                return None
+            return json.loads(base64.b64decode(res.headers.get("X-Docker-Container-Path-Stat") or "e30="))
+        except (*API_ERRORS, ValueError) as e:
             raise self._infra_error(f"cannot look up {path}: {e}") from e
-        return code == 200
+
+    def _exists(self, path: str) -> bool:
+        """Whether `path` exists in the container, asked of the engine."""
+        return self._stat(path) is not None
 
     def _ensure_dir(self, path: str) -> None:
         """Create folder `path` owned by the sandbox user if it does not exist (an existing one
