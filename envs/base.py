@@ -15,10 +15,13 @@ them differently:
                   hard limit that stopped it: see `_stopped`).
   infra_error     the env's machinery failed (sandbox died, daemon error): not the agent's fault.
   timeout         a harness deadline (step or episode) fired: not the agent's fault.
-Turns with infra_error or timeout never count as reward 0; they leave the batch.
+  diverged        env=replay (envs/replay.py): the run being replayed recorded no such action at
+                  this point, so no next state is known.
+Turns with infra_error, timeout or diverged never count as reward 0; they leave the batch.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 from typing import Any
@@ -40,18 +43,19 @@ def cap_text(text: str, limit: int) -> str:
 
 class Status(str, enum.Enum):
     """How a step went: the agent's doing (ok, invalid_action, env_error) or not (infra_error,
-    timeout). Written as its plain value in info["status"], turns.jsonl and metrics."""
+    timeout, diverged). Written as its plain value in info["status"], turns.jsonl and metrics."""
 
     OK = "ok"
     INVALID_ACTION = "invalid_action"
     ENV_ERROR = "env_error"
     INFRA_ERROR = "infra_error"
     TIMEOUT = "timeout"
+    DIVERGED = "diverged"
 
     @property
     def is_infra(self) -> bool:
         """True for failures that are not the agent's doing (excluded from training)."""
-        return self in (Status.INFRA_ERROR, Status.TIMEOUT)
+        return self in (Status.INFRA_ERROR, Status.TIMEOUT, Status.DIVERGED)
 
     def __str__(self) -> str:  # the plain value in logs and tables, as the JSON has it
         return self.value
@@ -62,6 +66,10 @@ def first_messages(system_prompt: str, user_content: str) -> list[dict[str, Any]
     user's message (what `reset` hands the agent in info["messages"])."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return [*system, {"role": "user", "content": user_content}]
+
+
+class ForkError(RuntimeError):
+    """The env cannot fork: its state cannot be deep-copied, or it holds what cannot be forked."""
 
 
 @dataclasses.dataclass
@@ -150,12 +158,18 @@ class AgentEnv(gymnasium.Env):
                                             extra first content (None: the prompt alone)
       _act(action) -> StepResult            carry one action out
     Optional: system_prompt(), tools(), oracle_action(), random_action(rng), _finish() (free
-    per-episode resources), close() (free everything).
+    per-episode resources), close() (free everything), and for `fork`: `fork_shared` (attributes
+    a fork shares rather than copies), `fork_held` (attributes holding sandboxes the fork gets
+    forks of) or _fork_resources() (what a fork holds in place of this env's resources).
     """
 
     metadata = {"render_modes": []}
     #: outcome given when the turn limit is reached without the agent finishing
     fail_outcome: float = -1.0
+    #: attributes a fork shares with its original instead of copying (read-only data: task tables)
+    fork_shared: tuple[str, ...] = ()
+    #: attributes (dotted paths) holding resources with fork() and close(): a fork holds their forks
+    fork_held: tuple[str, ...] = ()
 
     def __init__(self, max_turns: int = 10) -> None:
         super().__init__()
@@ -188,6 +202,44 @@ class AgentEnv(gymnasium.Env):
         one; the next state says why (verdict -1: the action failed)."""
         ns = NextState("tool", f"Error: {error}.", kind, {"error": error, "verdict": -1})
         return StepResult(ns, Status.ENV_ERROR, done=True, outcome=self.fail_outcome)
+
+    def _fork_resources(self) -> dict[int, Any]:
+        """What a fork holds in place of this env's resources: id(resource) -> its fork (a
+        sandbox's `fork()`), or None where the fork may open its own. Everything else is
+        deep-copied. Default: forks of what `fork_held` names (None stays None). A sandbox that
+        fails to fork raises SandboxError (infra)."""
+        out: dict[int, Any] = {}
+        try:
+            for path in self.fork_held:
+                held = self
+                for name in path.split("."):
+                    held = getattr(held, name)
+                if held is not None:
+                    out[id(held)] = held.fork()
+        except BaseException:
+            for done in out.values():
+                done.close()
+            raise
+        return out
+
+    def fork(self) -> AgentEnv:
+        """An independent copy of this env, mid-episode, that continues from the same state: a deep
+        copy sharing `fork_shared`, holding forks of its resources (`_fork_resources`). Closing it
+        releases those. An env whose state cannot be copied raises ForkError; one that holds what
+        no deep copy can fork (a browser, a socket) overrides this to fork it or to say it cannot."""
+        resources = self._fork_resources()
+        memo: dict[int, Any] = {id(getattr(self, name)): getattr(self, name) for name in self.fork_shared}
+        memo.update(resources)
+        try:
+            return copy.deepcopy(self, memo)
+        except Exception as e:
+            for held in resources.values():
+                if held is not None:
+                    held.close()
+            if isinstance(e, ForkError):
+                raise
+            raise ForkError(f"{type(self).__name__} cannot fork: its state cannot be copied ({type(e).__name__}: {e}); "
+                            "name what it holds in fork_held or fork_shared, or override fork()") from e
 
     def system_prompt(self) -> str | None:
         return None
@@ -284,6 +336,7 @@ ENVS: dict[str, tuple[str, str]] = {
     "toolcall": ("openclaw/ToolCall-v0", "envs.toolcall.env:ToolCallEnv"),
     "chat_sim": ("openclaw/ChatSim-v0", "envs.chat_sim.env:ChatSimEnv"),
     "reasoning": ("openclaw/Reasoning-v0", "envs.reasoning.env:ReasoningEnv"),
+    "replay": ("openclaw/Replay-v0", "envs.replay:ReplayEnv"),
 }
 for _env_id, _entry in ENVS.values():
     register(_env_id, _entry)

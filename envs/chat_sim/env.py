@@ -24,6 +24,10 @@ from envs.chat_sim.users import Complete, make_user
 
 
 class ChatSimEnv(AgentEnv):
+    # The users hold no conversation state (the history is the env's, and a fork copies it); an
+    # LLM user's `complete` client is shared, not copied.
+    fork_shared = ("personas", "users", "problems")
+
     def __init__(self, persona: str | Path | Persona | Iterable[str | Path | Persona] = DEFAULT_PERSONAS,
                  user: str = "scripted", complete: Complete | None = None,
                  problems: str | Path = "generated", split: str = "train", max_turns: int = 8,

@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces
 from PIL import Image
 
-from envs.base import AgentEnv, AnyText, NextState, Status, StepResult, Task
+from envs.base import AgentEnv, AnyText, ForkError, NextState, Status, StepResult, Task
 from envs.gui.browser import BrowserError, BrowserPool
 from envs.gui.commands import ActionError, Command, fmt_num, parse_command, tool_schemas
 from envs.gui.screen import Screen, describe_changes, diff_listing
@@ -172,6 +172,10 @@ class GuiEnv(AgentEnv):
         ]
         weights = np.array([6, 4, 4, 3, 2, 1, 1, 1, 1, 0.3])
         return choices[int(rng.choice(len(choices), p=weights / weights.sum()))]
+
+    def fork(self) -> AgentEnv:
+        """Not built yet: a page's state lives in a browser a deep copy cannot take."""
+        raise ForkError("the GUI env cannot fork yet (its page lives in a browser)")
 
     def _finish(self) -> None:
         """The browser stays leased to this env for its next episode (that is the reuse)."""

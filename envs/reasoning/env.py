@@ -37,6 +37,8 @@ When you know the answer, reply without a tool call. {FORMAT}."""
 class ReasoningEnv(ToolCallEnv):
     """reasoning-gym tasks, answered in one reply or after python tool calls; see the module docstring."""
 
+    fork_shared = ("specs", "_train", "_held")
+
     def __init__(
         self,
         tasks: Any = DEFAULT_TASKS,

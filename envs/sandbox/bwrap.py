@@ -45,7 +45,7 @@ from typing import Any, Callable, NamedTuple
 
 from envs.sandbox import cgroups, seccomp, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
-from envs.sandbox.shell import RawResult, ShellSession, bash_quote, exec_result
+from envs.sandbox.shell import STATE_COMMAND, RawResult, ShellSession, bash_quote, exec_result, restore_command
 
 BWRAP = "/usr/bin/bwrap"
 START_TIMEOUT_S = 10.0
@@ -433,6 +433,34 @@ class BwrapSandbox:
         # nsenter passes on the signal that ended its child: timeout -s KILL reads as -9 here
         return verifier.Verification(reward, verifier.cap(text), rc in (124, 137, -signal.SIGKILL), changed, tampered, processes)
 
+    def _writable(self) -> list[str]:
+        """The sandbox's writable trees (its tmpfs mounts; the rest of its root is read-only)."""
+        return ["/tmp", self.workdir] + ([verifier.TESTS_DIR, verifier.LOGS_DIR] if self.image is None else [])
+
+    def fork(self) -> BwrapSandbox:
+        """A new sandbox with a copy of this one's writable trees (owned by the fork's own uid)
+        and its shell's cwd and exported variables. Copied from the host through each holder's
+        root (cp -a: symlinks stay links, never followed), while this sandbox's lock is held."""
+        with self._lock:
+            raw, _ = self._run(STATE_COMMAND, START_TIMEOUT_S, 1 << 22)
+            if raw.exit_code != 0 or raw.truncated:
+                raise SandboxError(f"cannot read the shell's state to fork: {raw.stderr.decode(errors='replace').strip()}")
+            child = BwrapSandbox(self.image, self.limits, self.workdir)
+            try:
+                src, dst = f"/proc/{self._holder_pid}/root", f"/proc/{child._holder_pid}/root"
+                for d in self._writable():
+                    _host(["cp", "-a", "--", f"{src}{d}/.", f"{dst}{d}/"], f"copy {d}")
+                    _host(["chown", "-R", "-h", f"--from={self.uid}:{self.uid}", f"{child.uid}:{child.uid}", "--", dst + d],
+                          f"chown {d}")
+            except BaseException:
+                child.close()
+                raise
+        r = child.exec(restore_command(raw.stdout.decode("utf-8", "surrogateescape")), timeout=START_TIMEOUT_S)
+        if r.exit_code != 0:
+            child.close()
+            raise SandboxError(f"the fork's shell did not take the state: {r.stderr.strip()}")
+        return child
+
     def is_alive(self) -> bool:
         return not self._closed and self._holder is not None and self._holder.poll() is None
 
@@ -456,6 +484,16 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _host(argv: list[str], what: str) -> None:
+    """Run a host tool for the backend (a fork's copy); its failure is the sandbox's."""
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"fork: {what} took over 120 s") from None
+    if r.returncode != 0:
+        raise SandboxError(f"fork: {what} failed: {r.stderr.decode(errors='replace').strip()[:500]}")
 
 
 def _kill(proc: subprocess.Popen) -> None:

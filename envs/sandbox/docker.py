@@ -31,6 +31,7 @@ diskwatch.py's watchdog, which stops a container past its cap.
 """
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -50,8 +51,8 @@ from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
 from envs.sandbox.shell import (
-    _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
-    exec_result, frame_command, kill_threshold,
+    _KILL_REPORT, GRACE_S, SHELL_INIT, STATE_COMMAND, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
+    exec_result, frame_command, kill_threshold, restore_command,
 )
 
 DEFAULT_USER = "agent"
@@ -209,13 +210,14 @@ class DockerSandbox:
 
     def __init__(self, container_id: str, user: str = DEFAULT_USER, workdir: str = "/home/agent",
                  on_close: Callable[[DockerSandbox], None] | None = None, make_workdir: bool = False,
-                 url: str | None = None):
+                 url: str | None = None, sibling: Callable[[], DockerSandbox] | None = None):
         self.id = container_id
         self.engine = primary() if url is None else url  # the engine the container lives on
         self.user = user
         self.workdir = workdir  # the shell starts here; relative file paths resolve here
         self._make_workdir = make_workdir  # not in the image: create it, owned by the user
         self._on_close = on_close
+        self._sibling = sibling  # a new sandbox like this one (its pool's acquire): what `fork` fills
         self._api = client(self.engine).api
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -436,20 +438,81 @@ class DockerSandbox:
             raise self._infra_error(f"cannot restart the container: {e}") from e
 
     # ---- Sandbox protocol --------------------------------------------------------------------
+    def _ready_shell(self) -> None:
+        """Under the lock: a live shell to run in (started when there is none)."""
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        if self._sock is None:
+            if not self._container_running():
+                raise self._infra_error("the container is not running")
+            self.start_shell()
+
     def exec(self, command: str, timeout: float = 30.0, max_output: int = 64 * 1024,
              workdir: str | None = None) -> ExecResult:
         if timeout <= 0 or max_output < 0:
             raise ValueError("timeout must be > 0 and max_output >= 0")
         with self._lock:
-            if self._closed:
-                raise SandboxError("sandbox is closed")
-            if self._sock is None:
-                if not self._container_running():
-                    raise self._infra_error("the container is not running")
-                self.start_shell()
+            self._ready_shell()
             restarted, self._restarted = self._restarted, False
             raw = self._run_raw(command, timeout, max(max_output, 1), workdir)
         return exec_result(raw, max_output, restarted)
+
+    # ---- fork --------------------------------------------------------------------------------
+    def fork(self) -> DockerSandbox:
+        """A fresh container of this one's pool given this one's file changes (what `docker diff`
+        lists: deletions replayed by the sandbox user, added trees and changed files copied
+        engine-side with their owners) and its shell's cwd and exported variables. A changed mode
+        or owner of a folder the image already had is not carried. The fork is the pool's like any
+        sandbox: closed, swept and labelled the same way."""
+        if self._sibling is None:
+            raise SandboxError("this Docker sandbox was not opened from a pool (open_sandbox): it cannot fork")
+        with self._lock:
+            self._ready_shell()
+            raw = self._run_raw(STATE_COMMAND, 10.0, 1 << 22, kill=False)
+            if raw.exit_code != 0 or raw.truncated:
+                raise SandboxError(f"cannot read the shell's state to fork: {raw.stderr.decode(errors='replace').strip()}")
+            try:
+                diff = self._api.diff(self.id) or []
+            except API_ERRORS as e:
+                raise self._infra_error(f"docker diff failed: {e}") from e
+            child = self._sibling()
+            try:
+                child._take_changes(self, diff)
+            except BaseException:
+                child.close()
+                raise
+        r = child.exec(restore_command(raw.stdout.decode("utf-8", "surrogateescape")), timeout=10.0)
+        if r.exit_code != 0:
+            child.close()
+            raise SandboxError(f"the fork's shell did not take the state: {r.stderr.strip()}")
+        return child
+
+    def _take_changes(self, src: DockerSandbox, diff: list[dict[str, Any]]) -> None:
+        """Make this container's files what `src`'s are, from `src`'s diff against the image."""
+        gone = sorted(d["Path"] for d in diff if d["Kind"] == 2)
+        if gone:
+            try:
+                ex = self._api.exec_create(self.id, ["rm", "-rf", "--", *gone], user=self.user, stdout=True, stderr=True)["Id"]
+                msg = self._api.exec_start(ex)
+                code = self._api.exec_inspect(ex).get("ExitCode")
+            except API_ERRORS as e:
+                raise self._infra_error(f"fork: deleting what the original deleted failed: {e}") from e
+            if code != 0:
+                raise SandboxError(f"fork: cannot delete what the original deleted: {msg.decode(errors='replace').strip()[:300]}")
+        added: list[str] = []  # trees copied whole: what lies under them is covered
+        for d in sorted(diff, key=lambda d: d["Path"]):
+            path = d["Path"]
+            if d["Kind"] == 2 or any(path.startswith(a + "/") for a in added):
+                continue
+            if d["Kind"] == 0 and (src._stat(path) or {}).get("mode", 0) & (1 << 31):
+                continue  # a folder of the image whose contents changed: the changes are listed apart
+            if d["Kind"] == 1:
+                added.append(path)
+            try:
+                stream, _ = src._api.get_archive(src.id, path)
+                self._api.put_archive(self.id, posixpath.dirname(path) or "/", stream)
+            except API_ERRORS as e:
+                raise self._infra_error(f"fork: copying {path} failed: {e}") from e
 
     def _path(self, path: str) -> str:
         return posixpath.normpath(path if path.startswith("/") else posixpath.join(self.workdir, path))
@@ -473,13 +536,20 @@ class DockerSandbox:
             except API_ERRORS as e:
                 raise self._infra_error(f"cannot write into {dest_dir}: {e}") from e
 
-    def _exists(self, path: str) -> bool:
-        """Whether `path` exists in the container, asked of the engine (no process inside runs)."""
+    def _stat(self, path: str) -> dict[str, Any] | None:
+        """The engine's stat of `path` in the container (name, size, mode, mtime), None when it
+        does not exist; no process inside runs."""
         try:  # HEAD on the archive endpoint: a stat, without packing the folder
-            code = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path}).status_code
-        except API_ERRORS as e:
+            res = self._api.head(self._api._url("/containers/{0}/archive", self.id), params={"path": path})
+            if res.status_code != 200:
+                return None
+            return json.loads(base64.b64decode(res.headers.get("X-Docker-Container-Path-Stat") or "e30="))
+        except (*API_ERRORS, ValueError) as e:
             raise self._infra_error(f"cannot look up {path}: {e}") from e
-        return code == 200
+
+    def _exists(self, path: str) -> bool:
+        """Whether `path` exists in the container, asked of the engine."""
+        return self._stat(path) is not None
 
     def _ensure_dir(self, path: str) -> None:
         """Create folder `path` owned by the sandbox user if it does not exist (an existing one

@@ -161,7 +161,8 @@ class WarmPool:
         except BaseException:
             placement.release(url)
             raise
-        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release, make_workdir=self._make_workdir, url=url)
+        sb = DockerSandbox(cid, self.user, self.workdir, on_close=self._release, make_workdir=self._make_workdir, url=url,
+                           sibling=self.acquire)
         try:
             sb.start_shell()
             if sb._uid == 0 and self.caps == VERIFIER_CAPS:  # a user name that is uid 0 would hold DAC_READ_SEARCH

@@ -84,6 +84,12 @@ class Sandbox(Protocol):
         """End the agent's part and run a task's verifier out of its reach (verifier.py)."""
         ...
 
+    def fork(self) -> Sandbox:
+        """A new sandbox of the same image and limits holding a copy of this one's writable files
+        and its shell's state (working directory, exported variables; not running processes).
+        The two are independent from then on; the fork is closed like any sandbox."""
+        ...
+
     def is_alive(self) -> bool: ...
 
     def close(self) -> None:

@@ -70,6 +70,20 @@ def frame_command(command: str, tag: str, workdir: str | None = None, feeds_stdi
     return f"{run}; printf '\\n{tag}%d\\n' \"$__ocr\"; printf '\\n{tag}\\n' >&9\n".encode()
 
 
+# What a fork carries of a shell (envs/sandbox/protocol.py, `fork`): its working directory and its
+# exported variables. Plain shell variables, functions, aliases and running jobs stay behind.
+STATE_COMMAND = "builtin printf '%s\\0' \"$PWD\"; builtin export -p"
+
+
+def restore_command(state: str) -> str:
+    """The command that gives a new shell the state STATE_COMMAND printed in another: every
+    exported variable of its own is dropped (readonly ones stay), the other's are declared, then
+    it moves to the other's directory."""
+    cwd, _, exports = state.partition("\0")
+    return ('for __v in $(builtin compgen -e); do builtin unset "$__v" 2>/dev/null; done; builtin unset __v\n'
+            f"{exports}\nbuiltin cd -- {bash_quote(cwd)}")
+
+
 def exec_result(raw: RawResult, max_output: int, shell_restarted: bool) -> ExecResult:
     """The protocol's ExecResult for a raw result (text decoded, the output kill explained)."""
     stderr = raw.stderr.decode("utf-8", "replace")

@@ -63,6 +63,9 @@ def pytest_counts(output: str) -> dict[str, int] | None:
 class SWEEnv(AgentEnv):
     """Repository repair episodes; see the module docstring."""
 
+    fork_shared = ("_records",)
+    fork_held = ("sb",)  # a fork runs on in a fork of the episode's container (files, cwd, exports)
+
     def __init__(
         self,
         instances: str | None = None,

@@ -91,6 +91,9 @@ def _verdict(acc: float) -> int:
 class TerminalEnv(AgentEnv):
     """Shell episodes on Harbor-layout task folders; see the module docstring."""
 
+    fork_shared = ("_tasks", "_ids", "_images")
+    fork_held = ("_sb",)  # a fork runs on in a fork of the episode's sandbox (files, cwd, exports)
+
     def __init__(
         self,
         tasks_dir: str | None = None,

@@ -33,6 +33,8 @@ for example: The answer is \\boxed{{42}}. Give exact values (a fraction like 7/3
 class ToolCallEnv(AgentEnv):
     """Math problems with a sandboxed python tool; see the module docstring."""
 
+    fork_shared = ("_tasks", "_ids")
+
     def __init__(
         self,
         data: str | None = None,
@@ -154,6 +156,14 @@ class ToolCallEnv(AgentEnv):
         elif r.exit_code not in (0, None) and not r.forbidden_import:
             lines.append(f"[exit code {r.exit_code}]")
         return "\n".join(lines)
+
+    def _fork_resources(self) -> dict[int, Any]:
+        """The tool's sandbox, forked once code ran in it this episode (files it wrote persist);
+        a clean one is not copied: the fork opens its own on first use."""
+        sb = self.tool._sandbox
+        if sb is None:
+            return {}
+        return {id(sb): sb.fork() if self.tool.used else None}
 
     # ---- random and cleanup ------------------------------------------------------------
     def random_action(self, rng: np.random.Generator) -> str:

@@ -1,0 +1,111 @@
+"""Sandbox forks on both backends, against real bwrap and Docker: a fork continues like its
+original (files, cwd, exported variables), independently of it, and releases what it holds."""
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+
+import pytest
+
+from envs.sandbox import Limits, SandboxError, open_sandbox
+from envs.sandbox.engine import engine_available
+from tests.ready import start_ready
+
+SMALL = Limits(memory_mb=256, pids=64, disk_mb=512)
+BACKENDS = [
+    pytest.param("bwrap", marks=pytest.mark.bwrap),
+    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")]),
+]
+# A trunk: folders, a private file, a symlink, an exported and an unexported variable, a
+# variable unset, a file of the start state deleted, a file in /tmp, and a background job.
+SETUP = ("touch gone.txt; mkdir -p d/e && cd d && printf 'one\\n' > f && chmod 600 f && ln -s f lnk && "
+         "export OC_A='x y' OC_B=2 && OC_PLAIN=3 && unset LANG && rm ../gone.txt && "
+         "head -c 3000000 /dev/urandom > /tmp/blob && (sleep 300 &)")
+PROBE = "pwd; cat f; readlink lnk; stat -c %a f; echo \"$OC_A|$OC_B|${LANG-unset}\"; ls -a ..; md5sum < /tmp/blob"
+
+
+def _open(backend: str):
+    return open_sandbox(backend, None, SMALL, pool_size=2) if backend == "docker" else open_sandbox(backend, None, SMALL)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_continues_identically_then_independently(backend):
+    trunk = _open(backend)
+    try:
+        assert trunk.exec(SETUP).ok
+        fork = trunk.fork()
+        try:
+            a, b = trunk.exec(PROBE), fork.exec(PROBE)
+            assert a.ok and a.stdout == b.stdout, (a, b)
+            assert "/d\none\nf\n600\nx y|2|unset\n" in a.stdout and "gone.txt" not in a.stdout
+            # Different actions: neither sees the other's.
+            fork.exec("echo two > f; export OC_A=fork; cd e; rm /tmp/blob")
+            trunk.exec("echo three >> f")
+            assert trunk.exec('cat f; echo "$OC_A"; pwd; ls /tmp').stdout.split("\n")[:3] == ["one", "three", "x y"]
+            assert "blob" in trunk.exec("ls /tmp").stdout
+            r = fork.exec('cat ../f; echo "$OC_A"; pwd; ls /tmp')
+            assert r.stdout.split("\n")[:3] == ["two", "fork", a.stdout.split("\n")[0] + "/e"]
+            assert "blob" not in r.stdout
+            with fork.fork() as grandchild:  # a fork of a fork
+                assert grandchild.exec("cat ../f").stdout == "two\n"
+        finally:
+            fork.close()
+        with pytest.raises(SandboxError, match="closed"):
+            fork.exec("true")
+        assert trunk.exec("cat f").ok  # closing the fork leaves the trunk alone
+    finally:
+        trunk.close()
+
+
+def test_bwrap_fork_is_its_own_user_and_closes(tmp_path):
+    from envs.sandbox.bwrap import _processes
+
+    with open_sandbox("bwrap", None, SMALL) as trunk:
+        trunk.exec("echo hi > f")
+        fork = trunk.fork()
+        assert fork.uid != trunk.uid
+        assert fork.exec("stat -c %u f; id -u").stdout.split() == [str(fork.uid)] * 2
+        fork.exec("sleep 300 &")
+        fork.close()
+        assert not [p for p in _processes() if p.uid == fork.uid]
+        assert trunk.is_alive()
+
+
+RUNNER = textwrap.dedent("""
+    import sys, time
+    from envs.sandbox import Limits, open_sandbox
+    from envs.sandbox.sweeper import run_id
+    backend = sys.argv[1]
+    opts = {"pool_size": 1} if backend == "docker" else {}
+    trunk = open_sandbox(backend, None, Limits(memory_mb=256, pids=64, disk_mb=512), **opts)
+    trunk.exec("echo x > f")
+    fork = trunk.fork()
+    fork.exec("sleep 300 &")
+    print("READY", fork.uid if backend == "bwrap" else fork.id, run_id(), flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigkill_cleanup_covers_forks(backend):
+    proc, (fork_id, run) = start_ready(RUNNER, backend)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    if backend == "bwrap":  # the holder dies with the thread that started it: its processes go too
+        from envs.sandbox.bwrap import _processes
+
+        while [p for p in _processes() if p.uid == int(fork_id)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in _processes() if p.uid == int(fork_id)]
+        return
+    from envs.sandbox import sweeper
+    from envs.sandbox.engine import client
+
+    labels = client().api.inspect_container(fork_id)["Config"]["Labels"]
+    assert labels[sweeper.L_RUN] == run  # the fork carries its run's labels: the next sweep removes it
+    while client().api.containers(all=True, filters={"id": fork_id}) and time.monotonic() < deadline:
+        sweeper.sweep()
+        time.sleep(0.5)
+    assert not client().api.containers(all=True, filters={"id": fork_id})
