@@ -231,10 +231,11 @@ def test_64_concurrent_oracle_episodes_pass_and_leave_no_container():
     from envs.sandbox import pool, sweeper
 
     ids = TerminalEnv(sandbox="bwrap").task_ids()  # the setup.sh tasks: no image builds here
-    earlier = set(pool._pools)  # pools other tests of this process made are theirs to check
     jobs = [EpisodeJob(f"e{i}", ids[i % len(ids)], f"g{i}", i) for i in range(64)]
-    runner = Runner(lambda: TerminalEnv(sandbox="docker", pool_size=64), lambda job: OracleActor(), n_envs=64,
-                    progress=False)
+    leased = {k: p.stats()["in_use"] for k, p in pool._pools.items()}  # other tests' sandboxes in use
+    made: list[TerminalEnv] = []
+    runner = Runner(lambda: made.append(TerminalEnv(sandbox="docker", pool_size=64)) or made[-1], lambda job: OracleActor(),
+                    n_envs=64, progress=False)
     try:
         episodes = asyncio.run(runner.run(jobs))
     finally:
@@ -242,17 +243,17 @@ def test_64_concurrent_oracle_episodes_pass_and_leave_no_container():
     bad = [(e.job.task_id, e.status, e.error, e.turns[-1].next_state.content[-300:] if e.turns else None)
            for e in episodes if e.outcome != 1.0]
     assert not bad, bad
-    assert all(p.stats()["in_use"] == 0 for k, p in pool._pools.items() if k not in earlier)  # every episode gave its container back
-    images = {k[0] for k in pool._pools if k not in earlier}
+    images = {image for env in made for image in env._images.values()}  # other tests' are theirs to check
+    assert images and all(p.stats()["in_use"] == leased.get(k, 0) for k, p in pool._pools.items())  # all given back
 
-    def left() -> list[str]:  # containers of this test's images (other tests' are theirs to check)
+    def left() -> list[str]:  # containers of this test's images
         return [c["Image"] for c in sweeper.containers(sweeper.run_id()) if c["Image"] in images]
 
     pool.shutdown_all()
     deadline = time.monotonic() + 60
     while left() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert images and left() == []
+    assert left() == []
 
 
 @pytest.mark.docker
