@@ -182,11 +182,11 @@ def start_run(*args: str) -> tuple[subprocess.Popen, list[str]]:
     return p, lines
 
 
-def wait_rows(path: Path, n: int, p: subprocess.Popen, timeout_s: float = 600) -> None:
+def wait_rows(path: Path, n: int, p: subprocess.Popen, lines: list[str], timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
     while not (path.is_file() and len(path.read_text().splitlines()) >= n):
-        assert p.poll() is None, f"the run ended (code {p.returncode}) before step {n}"
-        assert time.monotonic() < deadline, f"no step {n} after {timeout_s}s"
+        assert p.poll() is None, f"the run ended (code {p.returncode}) before step {n}: {''.join(lines)[-3000:]}"
+        assert time.monotonic() < deadline, f"no step {n} after {timeout_s}s: {''.join(lines)[-3000:]}"
         time.sleep(0.2)
 
 
@@ -205,7 +205,7 @@ def test_a_training_run_survives_its_launched_server_dying(tmp_path):
     p, lines = start_run(*RUN, command_override(), f"policy.port={free_port()}", "policy.launch_timeout_s=180",
                          "steps=4", f"run_dir={tmp_path}")
     try:
-        wait_rows(tmp_path / "metrics.jsonl", 2, p)
+        wait_rows(tmp_path / "metrics.jsonl", 2, p, lines)
         pid = int(re.search(r"policy server pid (\d+)", "".join(lines)).group(1))
         os.killpg(pid, signal.SIGKILL)
         assert p.wait(600) == 0, "".join(lines)[-3000:]
@@ -233,7 +233,7 @@ def test_a_run_attached_to_a_server_that_dies_stops_with_one_line(tmp_path):
                              "policy.launch_timeout_s=180", "steps=50",
                              f"run_dir={tmp_path}")
         try:
-            wait_rows(tmp_path / "metrics.jsonl", 1, p)
+            wait_rows(tmp_path / "metrics.jsonl", 1, p, lines)
             os.killpg(server.pid, signal.SIGKILL)
             code = p.wait(120)  # not a hang: the first request that finds no server ends the run
         finally:
