@@ -22,7 +22,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`: a file's tests stay on one worker (its module fixtures, such as a
     built image or a loaded model, are made once), `heavy` tests run one after another, and the
-    files with the most slow tests are handed out first so no long file starts last."""
+    files with the most slow tests are handed out first so no long file starts last: the heavy
+    group, the longest of all, before any file."""
     def file(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 
@@ -30,4 +31,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group("heavy" if item.get_closest_marker("heavy") else file(item)))
         slow[file(item)] = slow.get(file(item), 0) + bool(item.get_closest_marker("slow"))
-    items.sort(key=lambda it: -slow[file(it)])  # stable: a file's tests keep their order
+    items.sort(key=lambda it: (not it.get_closest_marker("heavy"), -slow[file(it)]))  # stable: a file's tests keep their order
