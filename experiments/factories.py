@@ -26,6 +26,7 @@ from learner.judges import LLMJudge, RulesJudge
 from learner.loop import Evaluator, LoopConfig
 from learner.runlog import RunLog
 from learner.modes import Mode, mode as mode_of
+from learner.protocol import Learner
 from learner.scorer import NextStateScorer
 from learner.training import Training
 
@@ -532,8 +533,7 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
             teacher = _build_teacher(cfg, policy, closers)
         scorer = NextStateScorer(judge, teacher, policy.renderer, n_votes=int(cfg.judge.n_votes), mode=mode)
     learner = await asyncio.to_thread(_build_learner, cfg)
-    if hasattr(learner, "close"):  # learner=megatron under torchrun: releases the other ranks
-        closers.append(learner.close)
+    closers.append(learner.close)  # learner=megatron under torchrun: releases the other ranks
     m = cfg.mode
     return Training(mode, policy.client, runner, runlog, scorer, learner, closers,
                     w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),
@@ -579,7 +579,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
     return sft, Policy("demos", make_actor=sft.make_actor)
 
 
-def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
+def _build_learner(cfg: DictConfig, lr: float | None = None) -> Learner:
     """The configured learner; `lr` overrides learner.lr (SFT takes its own)."""
     name = str(cfg.learner.name)
     lc = cfg.learner

@@ -23,6 +23,7 @@ from agent.turn import Turn
 from learner.advantages import build_samples
 from learner.loop import Evaluator, LoopConfig, StepOutput, run_loop
 from learner.modes import step_reward
+from learner.protocol import Learner
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.scorer import NextStateScorer
@@ -40,11 +41,10 @@ def note_advantages(turns: list[Turn], samples: list[Sample]) -> None:
 
 
 class Training:
-    """One training run. `learner` has train_step / save_weights / save_checkpoint /
-    load_checkpoint (the torch and megatron learners both do); `client` serves the policy."""
+    """One training run: `learner` trains (the torch or megatron learner), `client` serves the policy."""
 
     def __init__(self, mode: str, client: PolicyClient, runner: Runner, runlog: RunLog,
-                 scorer: NextStateScorer | None, learner: Any, closers: list, *, w_opd: float = 1.0,
+                 scorer: NextStateScorer | None, learner: Learner, closers: list, *, w_opd: float = 1.0,
                  w_rl: float = 1.0, prm_coef: float = 1.0, checkpoint_every: int = 1, resume: bool = False,
                  max_staleness: int = 1, evaluator: Evaluator | None = None) -> None:
         self.evaluator = evaluator
