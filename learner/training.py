@@ -44,7 +44,7 @@ class Training:
     """One training run: `learner` trains (the torch or megatron learner), `client` serves the policy."""
 
     def __init__(self, mode: str, client: PolicyClient, runner: Runner, runlog: RunLog,
-                 scorer: NextStateScorer | None, learner: Learner, closers: list, *, w_opd: float = 1.0,
+                 scorer: NextStateScorer | None, learner: Learner, *, w_opd: float = 1.0,
                  w_rl: float = 1.0, prm_coef: float = 1.0, checkpoint_every: int = 1, resume: bool = False,
                  max_staleness: int = 1, evaluator: Evaluator | None = None) -> None:
         self.evaluator = evaluator
@@ -58,7 +58,6 @@ class Training:
         self.runlog = runlog
         self.scorer = scorer
         self.learner = learner
-        self._closers = closers
         self._pending: set[asyncio.Task] = set()
         self.version = 0
         runner.on_turn = self.on_turn
@@ -141,7 +140,3 @@ class Training:
         finally:
             for t in list(self._pending):
                 t.cancel()
-            for fn in reversed(self._closers):
-                r = fn()
-                if asyncio.iscoroutine(r):
-                    await r
