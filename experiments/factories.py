@@ -24,7 +24,7 @@ from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv, TaskSplit
 from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
 from learner.judges import LLMJudge, RulesJudge
-from learner.loop import Evaluator, LoopConfig
+from learner.loop import Evaluator, LoopConfig, RolloutSource
 from learner.runlog import RunLog
 from learner.modes import Mode, mode as mode_of
 from learner.protocol import Learner
@@ -61,7 +61,8 @@ def loop_config(cfg: DictConfig) -> LoopConfig:
     """The loop's counts, checked (n_envs too: the runner's) before the run writes anything."""
     count(cfg, "n_envs")
     return LoopConfig(steps=count(cfg, "steps"), tasks_per_step=count(cfg, "tasks_per_step"),
-                      group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env))
+                      group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env),
+                      max_staleness=int(cfg.learner.get("max_staleness", 1)))
 
 
 def run_mode(cfg: DictConfig) -> Mode:
@@ -384,7 +385,7 @@ def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
                 episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
 
 
-def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack) -> Any:
+def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack) -> RolloutSource:
     """The rollout runner; with `env.via_proxy=true`, episodes talk to the policy through a
     live-user proxy (started here, records in run_dir/proxy) and train on its records."""
     kw = _runner_kw(cfg)
@@ -396,12 +397,12 @@ def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Poli
         raise ConfigError(f"env.via_proxy=true needs a model behind an HTTP server: use policy=local or policy=sglang "
                           f"(not {cfg.policy.name})")
     from agent.proxy import Proxy
-    from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, new_api_key
+    from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, ProxyTurns, new_api_key
 
     key = new_api_key()
-    rollouts: ProxyRollouts | None = None
+    joins = ProxyTurns()
     proxy = Proxy(policy.client.url, policy.tokenizer, str(cfg.model.path), key, record_dir=Path(cfg.run_dir) / "proxy",
-                  on_turn=lambda turn: rollouts.from_proxy(turn), max_tokens=int(cfg.sampling.max_new_tokens),
+                  on_turn=joins.from_proxy, max_tokens=int(cfg.sampling.max_new_tokens),
                   policy_api_key=getattr(policy.client, "api_key", None))
     proxy.start()
     stack.callback(proxy.stop)
@@ -410,7 +411,7 @@ def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Poli
     sampling = sampling_params(cfg)
     runner = Runner(make_env, lambda job: ProxyActor(link, job.episode_id, dataclasses.replace(sampling, seed=job.seed)),
                     **kw)
-    rollouts = ProxyRollouts(runner)
+    rollouts = ProxyRollouts(runner, joins)
     stack.push_async_callback(asyncio.to_thread, rollouts.close)
     return rollouts
 
@@ -516,7 +517,7 @@ def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, stack: Async
     return complete
 
 
-async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog: RunLog, stack: AsyncExitStack,
+async def build_training(cfg: DictConfig, policy: Policy, runner: RolloutSource, runlog: RunLog, stack: AsyncExitStack,
                          evaluator: Evaluator | None = None) -> Training:
     mode = str(cfg.mode.name)
     if policy.client is None or policy.renderer is None:
@@ -534,8 +535,7 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog
     m = cfg.mode
     return Training(mode, policy.client, runner, runlog, scorer, learner,
                     w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),
-                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume),
-                    max_staleness=int(cfg.learner.get("max_staleness", 1)), evaluator=evaluator)
+                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume), evaluator=evaluator)
 
 
 def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:
