@@ -57,6 +57,10 @@ class _Deadline(Exception):
         self.seconds = seconds
 
 
+# where a run hands each turn the moment its next state exists (the trainer's scorer)
+OnTurn = Callable[[Turn], Awaitable[None] | None]
+
+
 class Runner:
     """Runs episode jobs with at most `n_envs` envs alive; envs are reused across episodes."""
 
@@ -67,7 +71,6 @@ class Runner:
         n_envs: int,
         step_timeout_s: float = 300.0,
         episode_timeout_s: float = 1800.0,
-        on_turn: Callable[[Turn], Awaitable[None] | None] | None = None,
         progress: bool = True,
         label: str = "rollouts",
     ) -> None:
@@ -76,7 +79,6 @@ class Runner:
         self.n_envs = max(1, int(n_envs))
         self.step_timeout_s = step_timeout_s
         self.episode_timeout_s = episode_timeout_s
-        self.on_turn = on_turn
         self.progress = progress
         self.label = label  # what its progress bar is called ("held-out" for an evaluation's runner)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.n_envs + 2, thread_name_prefix="env")
@@ -121,7 +123,9 @@ class Runner:
         self._pool.submit(_close_quietly, env)
 
     # ---- episodes ----------------------------------------------------------------------
-    async def run(self, jobs: list[EpisodeJob]) -> list[Episode]:
+    async def run(self, jobs: list[EpisodeJob], on_turn: OnTurn | None = None) -> list[Episode]:
+        """Run `jobs`; each turn goes to `on_turn` the moment its next state exists (awaited if it
+        returns a coroutine)."""
         self._slots = asyncio.Semaphore(self.n_envs)
         with Progress(self.label, total=len(jobs), enabled=self.progress) as bar:
             counts: Counter[str] = Counter()
@@ -129,14 +133,14 @@ class Runner:
             async def one(job: EpisodeJob) -> Episode:
                 assert self._slots is not None
                 async with self._slots:
-                    ep = await self._episode(job)
+                    ep = await self._episode(job, on_turn)
                 counts[ep.status] += 1
                 bar.advance(status=" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
                 return ep
 
             return list(await asyncio.gather(*(one(j) for j in jobs)))
 
-    async def _episode(self, job: EpisodeJob) -> Episode:
+    async def _episode(self, job: EpisodeJob, on_turn: OnTurn | None) -> Episode:
         t0 = time.monotonic()
         deadline = t0 + self.episode_timeout_s
         turns: list[Turn] = []
@@ -182,8 +186,8 @@ class Runner:
                 turns.append(turn)
                 messages = messages + [{"role": "assistant", "content": action.text}, {"role": ns.role, "content": ns.content}]
                 actor.observe(action, ns)
-                if self.on_turn is not None:
-                    r = self.on_turn(turn)
+                if on_turn is not None:
+                    r = on_turn(turn)
                     if asyncio.iscoroutine(r):
                         await r
                 if terminated or truncated:

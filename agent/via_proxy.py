@@ -6,7 +6,7 @@ side: it sends the conversation so far with the official `openai` client, one ch
 request per turn, and at the episode's end posts the user's closing words to
 /v1/sessions/{id}/end (they need no reply), so the last turn gets its next state too.
 
-`ProxyRollouts` wraps a Runner. The runner still drives the env (the simulator decides the user's
+`ProxyRollouts` wraps a Runner (`ProxyTurns` joins the two sides of each turn). The runner still drives the env (the simulator decides the user's
 reply); the turns that reach the scorer and the learner are the proxy's: the sampler's exact
 token ids and log-probs, the policy version, and the next state as the proxy saw it (the last
 message of the session's next request). What only the simulator knows is joined to the proxy's
@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import httpx
 import openai
@@ -28,7 +28,7 @@ import openai
 from agent.actors import Action
 from agent.policy.base import SamplingParams
 from agent.proxy import Proxy
-from agent.rollout import Episode, EpisodeJob, Runner
+from agent.rollout import Episode, EpisodeJob, OnTurn, Runner
 from agent.turn import Turn
 from envs.base import AgentEnv, NextState, TaskSplit
 
@@ -115,15 +115,14 @@ def _join(proxy_turn: Turn, env_turn: Turn) -> Turn:
     return t
 
 
-class ProxyRollouts:
-    """A Runner (same `run`, `task_ids`, `task_split`, `close`, `on_turn`) whose turns are the proxy's records."""
+class ProxyTurns:
+    """The join of the proxy's turns with the env's, by (session, step). Built before the proxy,
+    whose `on_turn` is `from_proxy`; `ProxyRollouts` feeds it the env's side of each run."""
 
-    def __init__(self, runner: Runner, wait_s: float = 60.0) -> None:
-        self.runner = runner
+    def __init__(self, wait_s: float = 60.0) -> None:
         self.wait_s = wait_s
-        self.on_turn: Callable[[Turn], Awaitable[None] | None] | None = None
-        runner.on_turn = self._env_turn
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sink: OnTurn | None = None  # the current run's
         self._env: dict[tuple[str, int], Turn] = {}
         self._proxy: dict[tuple[str, int], Turn] = {}
         self._joined: dict[tuple[str, int], Turn] = {}
@@ -152,22 +151,17 @@ class ProxyRollouts:
         if key not in self._env or key not in self._proxy:
             return
         joined = self._joined[key] = _join(self._proxy.pop(key), self._env.pop(key))
-        if self.on_turn is not None:
-            r = self.on_turn(joined)
+        if self._sink is not None:
+            r = self._sink(joined)
             if asyncio.iscoroutine(r):
                 task = asyncio.ensure_future(r)
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def task_ids(self) -> list[str]:
-        return await self.runner.task_ids()
-
-    async def task_split(self, n_held_out: int, seed: int) -> TaskSplit:
-        return await self.runner.task_split(n_held_out, seed)
-
-    async def run(self, jobs: list[EpisodeJob]) -> list[Episode]:
+    async def run(self, runner: Runner, jobs: list[EpisodeJob], on_turn: OnTurn | None) -> list[Episode]:
         self._loop = asyncio.get_running_loop()
-        episodes = await self.runner.run(jobs)
+        self._sink = on_turn
+        episodes = await runner.run(jobs, on_turn=self._env_turn)
         # each env turn came from one served request; its proxy record arrives when the session moves on or ends
         want = [(ep.job.episode_id, i) for ep in episodes for i in range(len(ep.turns))]
         deadline = self._loop.time() + self.wait_s
@@ -202,6 +196,24 @@ class ProxyRollouts:
             turn.outcome, turn.episode_done = env_turn.outcome, env_turn.episode_done
             out.append(turn)
         return out
+
+
+class ProxyRollouts:
+    """A rollout source (`run`, `task_ids`, `task_split`, `close`, as a Runner) whose turns are
+    the proxy's records, joined by `turns` with what `runner`'s envs saw."""
+
+    def __init__(self, runner: Runner, turns: ProxyTurns) -> None:
+        self.runner = runner
+        self.turns = turns
+
+    async def task_ids(self) -> list[str]:
+        return await self.runner.task_ids()
+
+    async def task_split(self, n_held_out: int, seed: int) -> TaskSplit:
+        return await self.runner.task_split(n_held_out, seed)
+
+    async def run(self, jobs: list[EpisodeJob], on_turn: OnTurn | None = None) -> list[Episode]:
+        return await self.turns.run(self.runner, jobs, on_turn)
 
     def close(self) -> None:
         self.runner.close()

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from envs import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_eval_runner, build_personalization, mix_weights,
-                                   build_policy, close_all, eval_settings)
+                                   build_policy, eval_settings)
 from experiments.run import env_options_added, setup_logging, unknown_env
 from learner.evaluation import EpisodeEvaluator, HeldOutResult
 
@@ -51,21 +52,17 @@ async def evaluate(cfg: DictConfig) -> tuple[dict[str, Any], HeldOutResult]:
     s = eval_settings(cfg)
     if s.n_tasks < 1:
         raise ConfigError("n_tasks (eval.n_tasks) must be at least 1")
-    closers: list = []
-    make_env = build_env(cfg, closers)
-    policy = build_policy(cfg)
-    try:
-        runner = build_eval_runner(cfg, make_env, policy, closers)
+    async with AsyncExitStack() as stack:
+        make_env = build_env(cfg, stack)
+        policy = build_policy(cfg, stack)
+        runner = build_eval_runner(cfg, make_env, policy, stack)
         split = await runner.task_split(s.n_tasks, s.seed)
         if not split.held_out:
             raise ConfigError(f"env {cfg.env.name} has {len(split.train)} task(s): too few to hold any out")
         log.info("%d held-out tasks (eval.seed=%d), %d episode(s) each", len(split.held_out), s.seed, s.k)
         result = await EpisodeEvaluator(runner, split.held_out, s.k, s.seed).evaluate()
-        personalization = await asyncio.to_thread(build_personalization, cfg, policy, make_env, closers)
+        personalization = await asyncio.to_thread(build_personalization, cfg, policy, make_env, stack)
         extra = await personalization() if personalization is not None else {}
-    finally:
-        await policy.aclose()
-        await close_all(closers)
     report = {"env": str(cfg.env.name), "policy": str(cfg.policy.name),
               "model": str(cfg.model.path) if policy.sampled is not None else None, "eval": dataclasses.asdict(s),
               "split": split.to_dict(), "outcomes": result.outcomes, "excluded": result.excluded,

@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import inspect
 import logging
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,9 +24,10 @@ from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv, TaskSplit
 from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
 from learner.judges import LLMJudge, RulesJudge
-from learner.loop import Evaluator, LoopConfig
+from learner.loop import Evaluator, LoopConfig, RolloutSource
 from learner.runlog import RunLog
 from learner.modes import Mode, mode as mode_of
+from learner.protocol import Learner
 from learner.scorer import NextStateScorer
 from learner.training import Training
 
@@ -59,7 +61,8 @@ def loop_config(cfg: DictConfig) -> LoopConfig:
     """The loop's counts, checked (n_envs too: the runner's) before the run writes anything."""
     count(cfg, "n_envs")
     return LoopConfig(steps=count(cfg, "steps"), tasks_per_step=count(cfg, "tasks_per_step"),
-                      group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env))
+                      group_size=count(cfg, "group_size"), seed=int(cfg.seed), mix=mix_weights(cfg.env),
+                      max_staleness=int(cfg.learner.get("max_staleness", 1)))
 
 
 def run_mode(cfg: DictConfig) -> Mode:
@@ -170,19 +173,20 @@ def sandbox_backend(name: str) -> str:
     return "bwrap"
 
 
-def build_env(cfg: DictConfig, closers: list) -> Callable[[], AgentEnv]:
+def build_env(cfg: DictConfig, stack: AsyncExitStack) -> Callable[[], AgentEnv]:
     """The configured env's factory, with the simulated users' LLM for `env.user=llm` (call on the
-    run's event loop; what stops the parts it starts is appended to `closers`)."""
+    run's event loop; what stops the parts it starts goes on `stack`)."""
     extra = {}
     if cfg.env.get("user") == "llm":
-        extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), closers)
-    return env_factory(cfg, extra, closers)
+        extra["complete"] = user_complete(cfg, asyncio.get_running_loop(), stack)
+    return env_factory(cfg, extra, stack)
 
 
-def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None, closers: list | None = None) -> Callable[[], AgentEnv]:
+def env_factory(cfg: DictConfig, extra: dict[str, Any] | None = None,
+                stack: AsyncExitStack | None = None) -> Callable[[], AgentEnv]:
     """A zero-argument constructor of the configured env (`env_maker`). With `cluster=ray` each
-    env lives in a Ray actor (what stops Ray is appended to `closers`)."""
-    return on_cluster(cfg, env_maker(cfg, cfg.env, extra), closers)
+    env lives in a Ray actor (what stops Ray goes on `stack`)."""
+    return on_cluster(cfg, env_maker(cfg, cfg.env, extra), stack)
 
 
 def env_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None = None) -> EnvMaker:
@@ -285,7 +289,8 @@ def mix_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None
     return EnvMaker(MixEnv, {"members": makers})
 
 
-def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv], closers: list | None = None) -> Callable[[], AgentEnv]:
+def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv],
+               stack: AsyncExitStack | None = None) -> Callable[[], AgentEnv]:
     """`cluster=local`: `make_env` as it is; `cluster=ray`: envs built in Ray actors behind a proxy."""
     c = cfg.get("cluster") or {"name": "local"}
     if c["name"] == "local":
@@ -302,8 +307,8 @@ def on_cluster(cfg: DictConfig, make_env: Callable[[], AgentEnv], closers: list 
         stop = remote.connect(c.get("address"), int(c.num_cpus), int(c.object_store_mb), runtime_env)
     except Exception as e:
         raise ConfigError(f"cannot start or join the Ray cluster (cluster.address={c.get('address')}): {e}") from e
-    if closers is not None:
-        closers.append(stop)
+    if stack is not None:
+        stack.callback(stop)
     return remote.remote_factory(make_env, float(c.actor_cpus), str(c.scheduling), float(cfg.timeouts.episode_s))
 
 
@@ -318,16 +323,11 @@ class Policy:
     tokenizer: Any = None
     # model policies: actors that sample with the given parameters (each job's seed)
     sampled: Callable[[SamplingParams], Callable[[EpisodeJob], Actor]] | None = None
-    _close: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
 
     def actor_maker(self, sampling: SamplingParams) -> Callable[[EpisodeJob], Actor]:
         """Actors that sample with `sampling` (the evaluation's temperature); oracle and random
         act as they always do."""
         return self.make_actor if self.sampled is None else self.sampled(sampling)
-
-    async def aclose(self) -> None:
-        await close_all(self._close)
-        self._close.clear()
 
 
 def sampling_params(cfg: DictConfig) -> SamplingParams:
@@ -335,7 +335,8 @@ def sampling_params(cfg: DictConfig) -> SamplingParams:
     return SamplingParams(max_new_tokens=int(s.max_new_tokens), temperature=float(s.temperature), top_p=float(s.top_p))
 
 
-def build_policy(cfg: DictConfig) -> Policy:
+def build_policy(cfg: DictConfig, stack: AsyncExitStack) -> Policy:
+    """The configured policy; what stops its engine, server or client goes on `stack`."""
     name = str(cfg.policy.name)
     if name in ("oracle", "random") and run_mode(cfg).trains:
         raise ConfigError(f"policy={name} has no model to train; add mode=eval (or use policy=local)")
@@ -354,18 +355,21 @@ def build_policy(cfg: DictConfig) -> Policy:
         except FileNotFoundError as e:  # a model word or folder that is not there
             raise ConfigError(str(e)) from e
         # a random key shared in-process; weights load only from this run's directory
+        stack.callback(engine.close)
         server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port), weights_dirs=[str(cfg.run_dir)])
+        stack.callback(server.stop)
         client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s), api_key=server.api_key)
-        return _model_policy(cfg, name, client, engine.tokenizer, [engine.close, server.stop, client.aclose])
+        stack.push_async_callback(client.aclose)
+        return _model_policy(cfg, name, client, engine.tokenizer)
     if name == "sglang":
         from agent.policy.sglang_launch import connect_or_launch
 
-        client, tokenizer, closers = connect_or_launch(cfg)
-        return _model_policy(cfg, name, client, tokenizer, closers)
+        client, tokenizer = connect_or_launch(cfg, stack)
+        return _model_policy(cfg, name, client, tokenizer)
     raise ConfigError(f"unknown policy {name!r}; choose local, sglang, oracle or random")
 
 
-def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: Any, closers: list) -> Policy:
+def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: Any) -> Policy:
     renderer = ChatRenderer(tokenizer)
     max_context = int(cfg.max_context)
 
@@ -373,7 +377,7 @@ def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: A
         return lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context)
 
     return Policy(name, make_actor=sampled(sampling_params(cfg)), client=client, renderer=renderer, tokenizer=tokenizer,
-                  sampled=sampled, _close=list(closers))
+                  sampled=sampled)
 
 
 def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
@@ -381,40 +385,35 @@ def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
                 episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
 
 
-def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, closers: list) -> Any:
+def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack) -> RolloutSource:
     """The rollout runner; with `env.via_proxy=true`, episodes talk to the policy through a
     live-user proxy (started here, records in run_dir/proxy) and train on its records."""
     kw = _runner_kw(cfg)
     if not cfg.env.get("via_proxy"):
-        return Runner(make_env, policy.make_actor, **kw)
+        runner = Runner(make_env, policy.make_actor, **kw)
+        stack.push_async_callback(asyncio.to_thread, runner.close)
+        return runner
     if policy.client is None or not hasattr(policy.client, "url"):
         raise ConfigError(f"env.via_proxy=true needs a model behind an HTTP server: use policy=local or policy=sglang "
                           f"(not {cfg.policy.name})")
     from agent.proxy import Proxy
-    from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, new_api_key
+    from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, ProxyTurns, new_api_key
 
     key = new_api_key()
-    rollouts: ProxyRollouts | None = None
+    joins = ProxyTurns()
     proxy = Proxy(policy.client.url, policy.tokenizer, str(cfg.model.path), key, record_dir=Path(cfg.run_dir) / "proxy",
-                  on_turn=lambda turn: rollouts.from_proxy(turn), max_tokens=int(cfg.sampling.max_new_tokens),
+                  on_turn=joins.from_proxy, max_tokens=int(cfg.sampling.max_new_tokens),
                   policy_api_key=getattr(policy.client, "api_key", None))
     proxy.start()
-    closers.append(proxy.stop)
+    stack.callback(proxy.stop)
     link = ProxyLink(proxy.url, key, str(cfg.model.path), float(cfg.timeouts.step_s), int(cfg.n_envs) + 8)
-    closers.append(link.aclose)
+    stack.push_async_callback(link.aclose)
     sampling = sampling_params(cfg)
     runner = Runner(make_env, lambda job: ProxyActor(link, job.episode_id, dataclasses.replace(sampling, seed=job.seed)),
                     **kw)
-    rollouts = ProxyRollouts(runner)
+    rollouts = ProxyRollouts(runner, joins)
+    stack.push_async_callback(asyncio.to_thread, rollouts.close)
     return rollouts
-
-
-async def close_all(closers: list) -> None:
-    """Call each closer, the last added first (a closer may return an awaitable)."""
-    for fn in reversed(closers):
-        r = fn()
-        if inspect.isawaitable(r):
-            await r
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,7 +443,7 @@ def eval_settings(cfg: DictConfig) -> EvalSettings:
     return s
 
 
-def build_eval_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, closers: list) -> Runner:
+def build_eval_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack) -> Runner:
     """The evaluation's own runner: the same envs and policy as training, actors at
     eval.temperature, and no `on_turn` (no evaluation turn is ever scored or trained on; with
     env.via_proxy it talks to the policy directly, so the proxy records none either)."""
@@ -454,12 +453,12 @@ def build_eval_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy:
                     "draws at random); set eval.temperature=1.0 for pass@k", s.k)
     sampling = dataclasses.replace(sampling_params(cfg), temperature=s.temperature)
     runner = Runner(make_env, policy.actor_maker(sampling), **_runner_kw(cfg), label="held-out")
-    closers.append(lambda: asyncio.to_thread(runner.close))
+    stack.push_async_callback(asyncio.to_thread, runner.close)
     return runner
 
 
 def build_personalization(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv],
-                          closers: list) -> PersonalizationEvaluator | None:
+                          stack: AsyncExitStack) -> PersonalizationEvaluator | None:
     """The personalization score for envs that offer it (chat_sim), with a model policy."""
     s = eval_settings(cfg)
     if policy.client is None or policy.renderer is None or s.n_tasks <= 0:
@@ -468,13 +467,13 @@ def build_personalization(cfg: DictConfig, policy: Policy, make_env: Callable[[]
     if not supports_personalization(env):
         env.close()
         return None
-    closers.append(env.close)
+    stack.callback(env.close)
     sampling = dataclasses.replace(sampling_params(cfg), temperature=s.temperature, seed=s.seed)
     return PersonalizationEvaluator(env, policy.client, policy.renderer, sampling, n_tasks=s.n_tasks)
 
 
 def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], AgentEnv], held_out: list[str],
-                    closers: list) -> Evaluator | None:
+                    stack: AsyncExitStack) -> Evaluator | None:
     """The held-out evaluation between updates: episodes on the `held_out` task ids (every env)
     and, where the env offers it, personalization. None when eval.every or eval.n_tasks is 0."""
     s = eval_settings(cfg)
@@ -482,17 +481,17 @@ def build_evaluator(cfg: DictConfig, policy: Policy, make_env: Callable[[], Agen
         return None
     evaluators: list[Evaluator] = []
     if held_out:
-        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, closers), held_out, s.k, s.seed,
+        evaluators.append(EpisodeEvaluator(build_eval_runner(cfg, make_env, policy, stack), held_out, s.k, s.seed,
                                            members=list(mix_weights(cfg.env))))
     else:
         log.warning("env %s has too few tasks to hold any out: no held-out episodes", cfg.env.name)
-    personalization = build_personalization(cfg, policy, make_env, closers)
+    personalization = build_personalization(cfg, policy, make_env, stack)
     if personalization is not None:
         evaluators.append(personalization)
     return merged(evaluators)
 
 
-def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: list) -> Callable[[list[dict]], str]:
+def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, stack: AsyncExitStack) -> Callable[[list[dict]], str]:
     """A blocking `complete(messages) -> str` for LLM-backed simulated users (envs are sync and
     run in worker threads; the client lives on the run's event loop)."""
     from agent.policy.chat_client import ChatClient
@@ -504,11 +503,12 @@ def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: lis
         from agent.policy.server import serve
 
         engine = Engine(str(uc.model), dtype=str(cfg.model.dtype), seed=int(cfg.seed) + 2)
+        stack.callback(engine.close)
         server = serve(engine, host="127.0.0.1", port=0)
-        closers += [engine.close, server.stop]
+        stack.callback(server.stop)
         url, key = server.url, server.api_key
     client = ChatClient(str(url), model=str(uc.model), api_key=key, timeout=float(cfg.timeouts.step_s))
-    closers.append(client.aclose)
+    stack.push_async_callback(client.aclose)
 
     def complete(messages: list[dict]) -> str:
         fut = asyncio.run_coroutine_threadsafe(client.complete(messages, temperature=0.7, max_tokens=256), loop)
@@ -517,28 +517,25 @@ def user_complete(cfg: DictConfig, loop: asyncio.AbstractEventLoop, closers: lis
     return complete
 
 
-async def build_training(cfg: DictConfig, policy: Policy, runner: Runner, runlog: RunLog,
+async def build_training(cfg: DictConfig, policy: Policy, runner: RolloutSource, runlog: RunLog, stack: AsyncExitStack,
                          evaluator: Evaluator | None = None) -> Training:
     mode = str(cfg.mode.name)
     if policy.client is None or policy.renderer is None:
         raise ConfigError(f"mode={mode} trains a model: use policy=local or policy=sglang (not {cfg.policy.name})")
-    closers: list = []
     signals = run_mode(cfg)
     scorer = None
     if signals.prm or signals.opd:
-        judge = _build_judge(cfg, closers)
+        judge = _build_judge(cfg, stack)
         teacher = None
         if signals.opd:
-            teacher = _build_teacher(cfg, policy, closers)
+            teacher = _build_teacher(cfg, policy, stack)
         scorer = NextStateScorer(judge, teacher, policy.renderer, n_votes=int(cfg.judge.n_votes), mode=mode)
     learner = await asyncio.to_thread(_build_learner, cfg)
-    if hasattr(learner, "close"):  # learner=megatron under torchrun: releases the other ranks
-        closers.append(learner.close)
+    stack.callback(learner.close)  # learner=megatron under torchrun: releases the other ranks
     m = cfg.mode
-    return Training(mode, policy.client, runner, runlog, scorer, learner, closers,
+    return Training(mode, policy.client, runner, runlog, scorer, learner,
                     w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),
-                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume),
-                    max_staleness=int(cfg.learner.get("max_staleness", 1)), evaluator=evaluator)
+                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume), evaluator=evaluator)
 
 
 def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:
@@ -579,7 +576,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
     return sft, Policy("demos", make_actor=sft.make_actor)
 
 
-def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
+def _build_learner(cfg: DictConfig, lr: float | None = None) -> Learner:
     """The configured learner; `lr` overrides learner.lr (SFT takes its own)."""
     name = str(cfg.learner.name)
     lc = cfg.learner
@@ -602,7 +599,7 @@ def _build_learner(cfg: DictConfig, lr: float | None = None) -> Any:
     raise ConfigError(f"unknown learner {name!r}; choose torch or megatron")
 
 
-def _build_judge(cfg: DictConfig, closers: list) -> Any:
+def _build_judge(cfg: DictConfig, stack: AsyncExitStack) -> Any:
     name = str(cfg.judge.name)
     if name == "rules":
         return RulesJudge()
@@ -616,17 +613,18 @@ def _build_judge(cfg: DictConfig, closers: list) -> Any:
             from agent.policy.server import serve
 
             engine = Engine(model, dtype=str(cfg.model.dtype), seed=int(cfg.seed) + 1)
+            stack.callback(engine.close)
             server = serve(engine, host="127.0.0.1", port=0)
-            closers += [engine.close, server.stop]
+            stack.callback(server.stop)
             url, key = server.url, server.api_key
         client = ChatClient(str(url), model=model, api_key=key, timeout=float(cfg.timeouts.step_s))
-        closers.append(client.aclose)
+        stack.push_async_callback(client.aclose)
         return LLMJudge(client, n_votes=int(cfg.judge.n_votes), temperature=float(cfg.judge.temperature),
                         max_tokens=int(cfg.judge.max_tokens))
     raise ConfigError(f"unknown judge {name!r}; choose rules or llm")
 
 
-def _build_teacher(cfg: DictConfig, policy: Policy, closers: list) -> Any:
+def _build_teacher(cfg: DictConfig, policy: Policy, stack: AsyncExitStack) -> Any:
     which = str(cfg.mode.get("teacher", "frozen"))
     if which == "current":
         return policy.client
@@ -636,11 +634,11 @@ def _build_teacher(cfg: DictConfig, policy: Policy, closers: list) -> Any:
 
             client = SGLangClient(str(cfg.mode.teacher_url), timeout=float(cfg.timeouts.step_s),
                                   api_key=cfg.mode.get("teacher_api_key"))
-            closers.append(client.aclose)
+            stack.push_async_callback(client.aclose)
             return client
         from agent.policy.engine import Engine
 
         engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), seed=int(cfg.seed))
-        closers.append(engine.close)
+        stack.callback(engine.close)
         return engine
     raise ConfigError(f"unknown teacher {which!r}; choose frozen or current")

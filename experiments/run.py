@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import hydra
@@ -22,7 +23,7 @@ from envs import progress
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
-                                   build_training, close_all, eval_settings, loop_config, run_mode)
+                                   build_training, eval_settings, loop_config, run_mode)
 from experiments.view.pages import token_panel
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
 from learner.evaluation import heldout_curve
@@ -68,39 +69,35 @@ def wandb_sink(cfg: DictConfig, run_dir: Path) -> WandbSink:
 
 
 async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
-    """One run end to end: build its parts, run SFT, training or the evaluation loop, stop them all."""
-    closers: list = []
+    """One run end to end: build its parts, run SFT, training or the evaluation loop; the run's one
+    exit stack stops every part, the last built first."""
     settings = eval_settings(cfg)
-    make_env = build_env(cfg, closers)
-    sft, split, before = None, None, None
-    warm = warm_start_enabled(cfg)
-    if str(cfg.mode.name) == "sft":
-        sft, policy = await asyncio.to_thread(build_sft, cfg, make_env, runlog)
-    else:
-        if warm:  # SFT first; cfg.model.path becomes its checkpoint
-            split = await asyncio.to_thread(env_split, cfg, make_env)
-            before = await warm_start(cfg, make_env, runlog, split)
-        policy = build_policy(cfg)
-    runner = build_runner(cfg, make_env, policy, closers)
-    try:
+    async with AsyncExitStack() as stack:
+        make_env = build_env(cfg, stack)
+        sft, split, before = None, None, None
+        warm = warm_start_enabled(cfg)
+        if str(cfg.mode.name) == "sft":
+            sft, policy = await asyncio.to_thread(build_sft, cfg, make_env, runlog)
+        else:
+            if warm:  # SFT first; cfg.model.path becomes its checkpoint
+                split = await asyncio.to_thread(env_split, cfg, make_env)
+                before = await warm_start(cfg, make_env, runlog, split)
+            policy = build_policy(cfg, stack)
+        runner = build_runner(cfg, make_env, policy, stack)
         if sft is not None:
             return await sft.run(runner)
         # rollouts draw from split.train only, whether or not this run evaluates (eval.every=0)
         split = split or await runner.task_split(settings.n_tasks, settings.seed)
         runlog.write_split(split, settings.seed)
         loop_cfg = dataclasses.replace(loop_config(cfg), task_ids=split.train, eval_every=settings.every)
-        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
+        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
         if run_mode(cfg).trains:
-            training = await build_training(cfg, policy, runner, runlog, evaluator)
+            training = await build_training(cfg, policy, runner, runlog, stack, evaluator)
             rows = await training.run(loop_cfg)
         else:
             rows = await run_loop(runner, loop_cfg, runlog, evaluator=evaluator)
         # the starting model's figures lead the list (its own row is in run_dir/warm_start)
         return ([{"step": 0, "eval_only": True, **before}] if before else []) + rows
-    finally:
-        await asyncio.to_thread(runner.close)
-        await policy.aclose()
-        await close_all(closers)
 
 
 def setup_logging() -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AsyncExitStack
 from typing import Any, Callable
 
 from omegaconf import DictConfig, open_dict
 
 from envs.base import AgentEnv, TaskSplit
-from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft, close_all
+from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft
 from learner.runlog import RunLog
 from learner.sft import summary as sft_summary
 
@@ -43,23 +44,14 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
     if bool(cfg.resume) and (model / "config.json").is_file():
         log.info("warm start: reusing %s", model)
     else:
-        closers: list = []
-        policy = build_policy(cfg)
-        try:
-            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, closers)
+        async with AsyncExitStack() as stack:  # the starting model's policy, stopped before SFT loads its own
+            policy = build_policy(cfg, stack)
+            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
             if evaluator is not None:
                 before = {"phase": BEFORE, **await evaluator()}
-        finally:
-            await policy.aclose()
-            await close_all(closers)
-        closers = []
-        sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
-        runner = build_runner(cfg, make_env, demos, closers)
-        try:
-            rows = await sft.run(runner, before)
-        finally:
-            await asyncio.to_thread(runner.close)
-            await close_all(closers)
+        async with AsyncExitStack() as stack:
+            sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
+            rows = await sft.run(build_runner(cfg, make_env, demos, stack), before)
         ws.close()
         log.info("warm start: %s; RL starts from it", sft_summary(rows))
     with open_dict(cfg):

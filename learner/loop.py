@@ -13,14 +13,14 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 import numpy as np
 
 from agent import host_memory
-from agent.rollout import Episode, EpisodeJob, Runner
+from agent.rollout import Episode, EpisodeJob, OnTurn
 from agent.turn import Turn
-from envs.base import Status
+from envs.base import Status, TaskSplit
 from envs.mix import draw_weights, member_of
 from learner import diagnostics
 from learner.runlog import RunLog
@@ -48,8 +48,40 @@ class StepOutput:
     policy_version: int
 
 
-# A trainer takes one step's scored turns and returns metrics and the new policy version.
-Trainer = Callable[[int, list[Turn]], Awaitable[StepOutput]]
+class RolloutSource(Protocol):
+    """Where episodes come from: agent/rollout.py's Runner, agent/via_proxy.py's ProxyRollouts."""
+
+    async def task_ids(self) -> list[str]: ...
+
+    async def task_split(self, n_held_out: int, seed: int) -> TaskSplit: ...
+
+    async def run(self, jobs: list[EpisodeJob], on_turn: OnTurn | None = None) -> list[Episode]:
+        """The episodes of `jobs`; each turn goes to `on_turn` as soon as its next state exists."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Trainer(Protocol):
+    """What the loop drives in a training mode (learner/training.py's Training)."""
+
+    def on_turn(self, turn: Turn) -> None:
+        """A turn whose next state exists: its scoring starts (generation never waits on it)."""
+        ...
+
+    async def pending_scores(self) -> None:
+        """Wait until every turn handed to on_turn so far is scored."""
+        ...
+
+    async def train(self, step: int, turns: list[Turn]) -> StepOutput:
+        """One update on the step's scored turns: its metrics and the new policy version."""
+        ...
+
+    async def after_step(self, step: int, last: bool) -> None:
+        """After the step's metrics are written (the checkpoint, so a resume never repeats a logged step)."""
+        ...
+
+
 # Held-out figures of the current policy (e.g. personalization); see learner/evaluation.py.
 Evaluator = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -134,13 +166,11 @@ def step_summary(row: dict[str, Any]) -> str:
 
 
 async def run_loop(
-    runner: Runner,
+    runner: RolloutSource,
     cfg: LoopConfig,
     runlog: RunLog,
     trainer: Trainer | None = None,
     evaluator: Evaluator | None = None,
-    pending_scores: Callable[[], Awaitable[None]] | None = None,
-    after_step: Callable[[int, bool], Awaitable[None]] | None = None,
     start_step: int = 0,
     policy_version: int = 0,
 ) -> list[dict[str, Any]]:
@@ -150,7 +180,8 @@ async def run_loop(
 
     async def rollouts(step: int) -> tuple[list[Episode], float]:
         t0 = time.monotonic()
-        return await runner.run(make_jobs(task_ids, step, cfg)), time.monotonic() - t0
+        on_turn = trainer.on_turn if trainer is not None else None
+        return await runner.run(make_jobs(task_ids, step, cfg), on_turn=on_turn), time.monotonic() - t0
 
     nxt: asyncio.Task | None = asyncio.create_task(rollouts(start_step)) if start_step < cfg.steps else None
     t_last = time.monotonic()  # wall time per step counts overlapped rollouts once
@@ -165,8 +196,8 @@ async def run_loop(
             episodes, t_roll = await nxt
             nxt = None
             t0 = time.monotonic()
-            if pending_scores is not None:
-                await pending_scores()  # the judge votes of this step's turns
+            if trainer is not None:
+                await trainer.pending_scores()  # the judge votes of this step's turns
             t_score_wait = time.monotonic() - t0
             if trainer is not None and cfg.max_staleness >= 1 and step + 1 < cfg.steps:
                 nxt = asyncio.create_task(rollouts(step + 1))  # serve on while this step trains
@@ -176,7 +207,7 @@ async def run_loop(
             row.update(member_metrics(episodes, list(cfg.mix)))
             t1 = time.monotonic()
             if trainer is not None:
-                out = await trainer(step, turns)
+                out = await trainer.train(step, turns)
                 row.update(out.metrics)
                 policy_version = out.policy_version
             else:
@@ -202,8 +233,8 @@ async def run_loop(
             runlog.metrics(row)
             log.info("step %d/%d: %s", step + 1, cfg.steps, step_summary(row))
             rows.append(row)
-            if after_step is not None:  # after the metrics, so a resume never repeats a logged step
-                await after_step(step, step + 1 == cfg.steps)
+            if trainer is not None:  # after the metrics, so a resume never repeats a logged step
+                await trainer.after_step(step, step + 1 == cfg.steps)
             if nxt is None and step + 1 < cfg.steps:
                 nxt = asyncio.create_task(rollouts(step + 1))
         if held_out and trainer is not None and rows:

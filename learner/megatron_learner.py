@@ -36,13 +36,13 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from agent.policy.models import learner_bf16, load_model, save_model
 from envs.progress import Progress
+from learner.batching import Batch, micro_batches, step_metrics, trainable
+from learner.checkpoints import checkpoint_commit, checkpoint_info, checkpoint_tmp
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
 from learner.mcore.model import (build_gpt, clip_grad_norm, gather_whole, init_parallel, loss_logits, on_device, ranks,
                                  sync_grads)
 from learner.samples import Sample
-from learner.torch_learner import (Batch, checkpoint_commit, checkpoint_info, checkpoint_tmp, micro_batches, step_metrics,
-                                   trainable)
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
 
@@ -61,6 +61,8 @@ def _collective(method):
 
 
 class MegatronLearner:
+    """A `Learner` (learner/protocol.py) on a megatron-core GPTModel over tensor x pipeline ranks."""
+
     def __init__(
         self,
         model_name_or_path: str,

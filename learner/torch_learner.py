@@ -14,9 +14,7 @@ units). A frozen reference model is loaded only when kl_coef > 0.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,57 +23,18 @@ import torch
 
 from agent.policy.models import load_model, save_model
 from envs.progress import Progress
+from learner.batching import Batch, micro_batches, step_metrics, trainable
+from learner.checkpoints import checkpoint_commit, checkpoint_info, checkpoint_tmp
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
 from learner.samples import Sample
-
-
-def micro_batches(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
-    """Pack samples (longest first) so that each batch's padded size (count x longest) stays
-    within `max_tokens`; a sample longer than the budget gets a batch of its own."""
-    out: list[list[Sample]] = []
-    cur: list[Sample] = []
-    for s in sorted(samples, key=lambda s: s.n_tokens, reverse=True):
-        if cur and (len(cur) + 1) * cur[0].n_tokens > max_tokens:
-            out.append(cur)
-            cur = []
-        cur.append(s)
-    if cur:
-        out.append(cur)
-    return out
-
-
-class Batch:
-    """A padded micro-batch plus the flat positions of its loss tokens."""
-
-    def __init__(self, samples: list[Sample], device: torch.device, pad_id: int) -> None:
-        lengths = [s.n_tokens for s in samples]
-        width = max(lengths)
-        ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-        rows, cols, rollout, adv = [], [], [], []
-        for b, s in enumerate(samples):
-            ids[b, : lengths[b]] = torch.tensor(s.prompt_ids + s.response_ids)
-            keep = torch.tensor(s.loss_mask, dtype=torch.bool)
-            j = keep.nonzero().squeeze(-1)
-            rows.append(torch.full_like(j, b))
-            cols.append(j + len(s.prompt_ids) - 1)  # the hidden state that predicts response token j
-            rollout.append(torch.tensor(s.rollout_logprobs, dtype=torch.float32)[keep])
-            adv.append(torch.tensor(s.advantages, dtype=torch.float32)[keep])
-        self.ids = ids.to(device)
-        # no padding -> no mask, so attention keeps its causal fast path
-        self.attn = None
-        if min(lengths) < width:
-            self.attn = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long().to(device)
-        self.rows, self.cols = torch.cat(rows).to(device), torch.cat(cols).to(device)
-        self.targets = self.ids[self.rows, self.cols + 1]
-        self.rollout_logprobs, self.adv = torch.cat(rollout).to(device), torch.cat(adv).to(device)
-        self.n_tokens = sum(lengths)
-
 
 # (loss-token logits, their micro-batch, the whole batch's sample count) -> (loss, stats)
 Objective = Callable[[torch.Tensor, Batch, int], tuple[torch.Tensor, dict[str, float]]]
 
 
 class TorchLearner:
+    """A `Learner` (learner/protocol.py) on a Hugging Face causal LM in this process."""
+
     def __init__(
         self,
         model_name_or_path: str,
@@ -220,66 +179,8 @@ class TorchLearner:
         self.step = int(info["learner_step"])
         return {"step": int(info["step"]), "policy_version": int(info["policy_version"])}
 
-
-def trainable(samples: list[Sample]) -> list[Sample]:
-    """The samples with loss tokens; a one-line error for a sample without a prompt token."""
-    for s in samples:
-        if not s.prompt_ids:
-            raise ValueError("a sample needs at least one prompt token (the first response token is predicted from it)")
-    return [s for s in samples if s.trains]
-
-
-def step_metrics(stats: list[dict[str, float]], loss: float, grad_norm: float, tokens: int, n_samples: int,
-                 t0: float) -> dict[str, float]:
-    """A train step's figures from its micro-batches' loss stats: means weighted by loss tokens,
-    the largest of `*_max` figures."""
-    elapsed = time.perf_counter() - t0
-    loss_tokens = sum(st["tokens"] for st in stats)
-    metrics = {k: (max(st[k] for st in stats) if k.endswith("_max") else
-                   sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0))
-               for k in stats[0] if k != "tokens"}
-    metrics.update(
-        loss=loss,
-        grad_norm=grad_norm,
-        tokens=float(tokens),
-        loss_tokens=loss_tokens,
-        samples=float(n_samples),
-        micro_batches=float(len(stats)),
-        time_s=elapsed,
-        tokens_per_s=tokens / elapsed if elapsed > 0 else 0.0,
-    )
-    return metrics
-
-
-def checkpoint_tmp(directory: str | os.PathLike) -> Path:
-    """A fresh folder next to `directory` to write a checkpoint into (see checkpoint_commit)."""
-    final = Path(directory)
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def checkpoint_commit(tmp: Path, directory: str | os.PathLike, step: int, policy_version: int, learner_step: int) -> Path:
-    """Write learner.json into `tmp` and put it in place of `directory` (a crash leaves the old one or the new one)."""
-    final = Path(directory)
-    (tmp / "learner.json").write_text(json.dumps({"step": step, "policy_version": policy_version, "learner_step": learner_step}))
-    if final.exists():
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(final)
-    return final
-
-
-def checkpoint_info(directory: Path) -> dict[str, Any]:
-    """learner.json of a checkpoint folder: {"step", "policy_version", "learner_step"}."""
-    if not (directory / "learner.json").is_file():
-        raise FileNotFoundError(f"no learner checkpoint in {directory}")
-    return json.loads((directory / "learner.json").read_text())
+    def close(self) -> None:
+        """Nothing to release: one process, and its memory goes with the object."""
 
 
 def _check_plain_head(model: torch.nn.Module) -> None:

@@ -1,7 +1,8 @@
 """Wiring of a training run: judge + teacher -> scorer, learner, weight sync, checkpoints.
 
-Turns are scored the moment their next state exists (`on_turn` starts a task; generation
-never waits on a judge). After each step's update the learner's weights are written to
+`Training` is the loop's `Trainer` (learner/loop.py): turns are scored the moment their next state
+exists (the loop hands the runner `on_turn`, which starts a task; generation never waits on a
+judge). After each step's update the learner's weights are written to
 run_dir/weights/vN and the serving engine loads them (`/update_weights_from_disk`) while it
 keeps serving; version N is what every later turn records. A checkpoint (weights, optimizer,
 step, version) is written after the step's metrics, so `resume=true` continues exactly; records
@@ -18,11 +19,11 @@ import numpy as np
 
 from agent import host_memory
 from agent.policy.base import PolicyClient
-from agent.rollout import Runner
 from agent.turn import Turn
 from learner.advantages import build_samples
-from learner.loop import Evaluator, LoopConfig, StepOutput, run_loop
+from learner.loop import Evaluator, LoopConfig, RolloutSource, StepOutput, run_loop
 from learner.modes import step_reward
+from learner.protocol import Learner
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.scorer import NextStateScorer
@@ -40,28 +41,24 @@ def note_advantages(turns: list[Turn], samples: list[Sample]) -> None:
 
 
 class Training:
-    """One training run. `learner` has train_step / save_weights / save_checkpoint /
-    load_checkpoint (the torch and megatron learners both do); `client` serves the policy."""
+    """One training run: `learner` trains (the torch or megatron learner), `client` serves the policy."""
 
-    def __init__(self, mode: str, client: PolicyClient, runner: Runner, runlog: RunLog,
-                 scorer: NextStateScorer | None, learner: Any, closers: list, *, w_opd: float = 1.0,
+    def __init__(self, mode: str, client: PolicyClient, runner: RolloutSource, runlog: RunLog,
+                 scorer: NextStateScorer | None, learner: Learner, *, w_opd: float = 1.0,
                  w_rl: float = 1.0, prm_coef: float = 1.0, checkpoint_every: int = 1, resume: bool = False,
-                 max_staleness: int = 1, evaluator: Evaluator | None = None) -> None:
+                 evaluator: Evaluator | None = None) -> None:
         self.evaluator = evaluator
         self.mode = mode
         self.client = client
         self.weights = {"w_opd": w_opd, "w_rl": w_rl, "prm_coef": prm_coef}
         self.checkpoint_every = checkpoint_every
         self.resume = resume
-        self.max_staleness = max_staleness
         self.runner = runner
         self.runlog = runlog
         self.scorer = scorer
         self.learner = learner
-        self._closers = closers
         self._pending: set[asyncio.Task] = set()
         self.version = 0
-        runner.on_turn = self.on_turn
 
     # ---- scoring, concurrent with rollouts ----------------------------------------------
     def on_turn(self, turn: Turn) -> None:
@@ -133,15 +130,9 @@ class Training:
             await self._push_weights(info["policy_version"])
         if self.resume:  # what a killed run logged after its checkpoint is done again: once
             self.runlog.rewind(start)
-        loop_cfg.max_staleness = self.max_staleness
         try:
-            return await run_loop(self.runner, loop_cfg, self.runlog, trainer=self.train,
-                                  pending_scores=self.pending_scores, after_step=self.after_step, evaluator=self.evaluator,
+            return await run_loop(self.runner, loop_cfg, self.runlog, trainer=self, evaluator=self.evaluator,
                                   start_step=start, policy_version=self.version)
         finally:
             for t in list(self._pending):
                 t.cancel()
-            for fn in reversed(self._closers):
-                r = fn()
-                if asyncio.iscoroutine(r):
-                    await r

@@ -7,6 +7,7 @@ import os
 import signal
 import textwrap
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
@@ -110,9 +111,9 @@ def test_toolcall_env_through_the_factory_matches_local():
     jobs = _jobs(["gen-00000", "gen-00001", "gen-00002"])
     common = ["env=toolcall", "+env.n_problems=3", "sandbox=bwrap", "policy=oracle", "mode=eval"]
     make_local = env_factory(_cfg(*common))
-    closers: list = []
-    make_far = env_factory(_cfg(*common, "cluster=ray", "cluster.actor_cpus=0.1"), closers=closers)
-    assert closers  # what stops Ray (a no-op here: the module's cluster was already up)
+    stack = AsyncExitStack()
+    make_far = env_factory(_cfg(*common, "cluster=ray", "cluster.actor_cpus=0.1"), stack=stack)
+    assert stack._exit_callbacks  # what stops Ray (a no-op here: the module's cluster was already up)
     local, _ = _run(make_local, lambda j: OracleActor(), jobs)
     far, runner = _run(make_far, lambda j: OracleActor(), jobs)
     assert _summary(far) == _summary(local)

@@ -37,6 +37,27 @@ def test_oracle_episodes_succeed_and_reuse_envs():
     assert all(env.closed for env in made)  # close() reached every env
 
 
+def test_each_run_hands_its_turns_to_its_own_sink_only():
+    handed: list = []
+
+    async def sink(turn) -> None:  # a coroutine sink is awaited before the episode goes on
+        handed.append(turn)
+
+    async def go(runner: Runner):
+        first = await runner.run(_jobs(2), on_turn=sink)
+        assert sorted(map(id, handed)) == sorted(id(t) for e in first for t in e.turns)  # every turn, once
+        n = len(handed)
+        await runner.run(_jobs(2))  # no sink: the next run hands nothing on (as the held-out evaluation)
+        return n
+
+    runner = Runner(CountdownEnv, lambda j: OracleActor(), n_envs=2, progress=False)
+    try:
+        n = asyncio.run(go(runner))
+    finally:
+        runner.close()
+    assert n == 6 and len(handed) == 6  # 2 episodes x 3 turns, each once
+
+
 def test_messages_grow_with_each_turn():
     eps = _run(Runner(CountdownEnv, lambda j: OracleActor(), n_envs=1, progress=False), _jobs(1))
     t0, t1 = eps[0].turns[:2]

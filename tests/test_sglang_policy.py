@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
@@ -107,13 +108,17 @@ def kill(server) -> int:
 
 def test_a_launched_server_that_dies_is_restarted_with_the_latest_weights(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="agent.policy.sglang_launch")
-    client, tok, closers = connect_or_launch(sglang_cfg(tmp_path, "policy.max_restarts=1"))
-    server = client.supervisor
-    model, _ = tiny_model(seed=1)
-    save_model(model, tok, tmp_path / "v1")
-    ids = tok("restart me")["input_ids"]
 
     async def go():
+        async with AsyncExitStack() as stack:
+            client, tok = connect_or_launch(sglang_cfg(tmp_path, "policy.max_restarts=1"), stack)
+            return client.supervisor, await restarts(client, tok)
+
+    async def restarts(client, tok):
+        server = client.supervisor
+        model, _ = tiny_model(seed=1)
+        save_model(model, tok, tmp_path / "v1")
+        ids = tok("restart me")["input_ids"]
         base = await client.score(ids, 1)
         assert await client.update_weights(str(tmp_path / "v1"), 1) == 1
         before = await client.score(ids, 1)
@@ -126,13 +131,7 @@ def test_a_launched_server_that_dies_is_restarted_with_the_latest_weights(tmp_pa
             await client.generate(ids, SamplingParams(max_new_tokens=2))
         return base, before, after, out, first_pid, second_pid, time.monotonic() - t0
 
-    try:
-        base, before, after, out, first_pid, second_pid, took = asyncio.run(go())
-    finally:
-        for fn in reversed(closers):
-            r = fn()
-            if asyncio.iscoroutine(r):
-                asyncio.run(r)
+    server, (base, before, after, out, first_pid, second_pid, took) = asyncio.run(go())
     assert first_pid != second_pid and server.restarts == 1 and server.proc.poll() is not None
     assert max(abs(a - b) for a, b in zip(before, after)) < 1e-4  # the restarted server serves v1 ...
     assert max(abs(a - b) for a, b in zip(base, before)) > 1e-2   # ... which is not the base model
@@ -252,21 +251,14 @@ def test_frozen_teacher_served_by_a_server_scores_as_the_in_process_one(tmp_path
     weights (on GPU hosts the PRM's SGLang) instead of an engine in the run's process."""
     from experiments.factories import _build_teacher
 
-    closers: list = []
-    remote = _build_teacher(sglang_cfg(tmp_path, "mode=opd", f"mode.teacher_url={server.url}",
-                                       f"mode.teacher_api_key={KEY}"), None, closers)
-    local = _build_teacher(sglang_cfg(tmp_path, "mode=opd"), None, closers)
-    assert isinstance(remote, SGLangClient) and isinstance(local, Engine)
-    ids = local.tokenizer("score this with a hint")["input_ids"]
-
     async def go():
-        try:
-            return await remote.score(ids, 3), await local.score(ids, 3)
-        finally:
-            for fn in reversed(closers):
-                r = fn()
-                if asyncio.iscoroutine(r):
-                    await r
+        async with AsyncExitStack() as stack:
+            remote = _build_teacher(sglang_cfg(tmp_path, "mode=opd", f"mode.teacher_url={server.url}",
+                                               f"mode.teacher_api_key={KEY}"), None, stack)
+            local = _build_teacher(sglang_cfg(tmp_path, "mode=opd"), None, stack)
+            assert isinstance(remote, SGLangClient) and isinstance(local, Engine)
+            ids = local.tokenizer("score this with a hint")["input_ids"]
+            return ids, await remote.score(ids, 3), await local.score(ids, 3)
 
-    a, b = asyncio.run(go())
+    ids, a, b = asyncio.run(go())
     assert len(a) == len(ids) - 3 and max(abs(x - y) for x, y in zip(a, b)) < 1e-4

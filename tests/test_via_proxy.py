@@ -16,7 +16,7 @@ from agent.policy.server import serve
 from agent.proxy import Proxy
 from agent.rollout import EpisodeJob, Runner
 from agent.turn import Turn
-from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, new_api_key
+from agent.via_proxy import ProxyActor, ProxyLink, ProxyRollouts, ProxyTurns, new_api_key
 from envs.chat_sim import ChatSimEnv
 from tests.test_run_cli import run_cli
 
@@ -32,24 +32,22 @@ def test_episodes_through_the_proxy_train_on_its_records(tmp_path):
     engine = Engine("tiny", dtype="float32", seed=0, max_batch=8)
     server = serve(engine)
     key = new_api_key()
-    rollouts: ProxyRollouts | None = None
+    joins = ProxyTurns()
     proxy = Proxy(server.url, engine.tokenizer, "tiny", key, record_dir=tmp_path, policy_api_key=server.api_key,
-                  on_turn=lambda t: rollouts.from_proxy(t)).start()
+                  on_turn=joins.from_proxy).start()
     handed: list[Turn] = []
 
     async def go():
-        nonlocal rollouts
         link = ProxyLink(proxy.url, key, "tiny", timeout_s=120, max_connections=8)
         sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
         runner = Runner(lambda: ChatSimEnv(persona=PERSONA, max_turns=3),
                         lambda job: ProxyActor(link, job.episode_id, dataclasses.replace(sampling, seed=job.seed)),
                         n_envs=3, step_timeout_s=120, progress=False)
-        rollouts = ProxyRollouts(runner)
-        rollouts.on_turn = handed.append
+        rollouts = ProxyRollouts(runner, joins)
         ids = await rollouts.task_ids()
         jobs = [EpisodeJob(f"ep{i}", ids[i], f"g{i}", seed=i) for i in range(3)]
         try:
-            return jobs, await rollouts.run(jobs)
+            return jobs, await rollouts.run(jobs, on_turn=handed.append)
         finally:
             rollouts.close()
             await link.aclose()

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import IO, Any, Awaitable, Callable
 
@@ -163,14 +164,13 @@ class LaunchedServer:
             log.warning("policy server at %s is back (pid %d)", self.url, self.proc.pid if self.proc else -1)
 
 
-def connect_or_launch(cfg: Any) -> tuple[SGLangClient, Any, list[Callable[[], Any]]]:
-    """(client, tokenizer, closers) for `policy=sglang`."""
+def connect_or_launch(cfg: Any, stack: AsyncExitStack) -> tuple[SGLangClient, Any]:
+    """(client, tokenizer) for `policy=sglang`; what stops the server it launches and the client goes on `stack`."""
     from transformers import AutoTokenizer
 
     pc = cfg.policy
     model_dir = hf_folder(str(cfg.model.path))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    closers: list[Callable[[], Any]] = []
     url = pc.get("url")
     key = pc.get("api_key") or os.environ.get("OPENCLAW_POLICY_API_KEY")
     server = None
@@ -183,9 +183,9 @@ def connect_or_launch(cfg: Any) -> tuple[SGLangClient, Any, list[Callable[[], An
         server = LaunchedServer(command, url, Path(cfg.run_dir) / "sglang_server.log", float(pc.launch_timeout_s),
                                 int(pc.get("max_restarts", 3)))
         server.start()
-        closers.append(server.stop)
+        stack.callback(server.stop)
     else:
         wait_healthy(str(url), float(pc.launch_timeout_s))
     client = SGLangClient(str(url), timeout=float(cfg.timeouts.step_s), supervisor=server, api_key=key)
-    closers.append(client.aclose)
-    return client, tokenizer, closers
+    stack.push_async_callback(client.aclose)
+    return client, tokenizer

@@ -40,11 +40,11 @@ async def _round(url: str, key: str, renderer: ChatRenderer, scorer: NextStateSc
             t.add_done_callback(pending.discard)
 
     runner = Runner(lambda: ChatSimEnv(max_turns=3), lambda j: ModelActor(
-        client, renderer, SamplingParams(max_new_tokens=tokens, seed=j.seed), 4096), n_envs=n, on_turn=on_turn, progress=False)
+        client, renderer, SamplingParams(max_new_tokens=tokens, seed=j.seed), 4096), n_envs=n, progress=False)
     try:
         t0 = time.perf_counter()
         ids = (await runner.task_ids())[:n]
-        eps = await runner.run([EpisodeJob(f"e{i}", t, f"g{i}", seed=seed + i) for i, t in enumerate(ids)])
+        eps = await runner.run([EpisodeJob(f"e{i}", t, f"g{i}", seed=seed + i) for i, t in enumerate(ids)], on_turn=on_turn)
         elapsed = time.perf_counter() - t0
         for t in pending:  # leftover judging is not what is measured
             t.cancel()
