@@ -28,7 +28,7 @@ RUNNER = textwrap.dedent("""
     import signal, sys, time
     if sys.argv[3] == "ignore-sigint":
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or in a background job
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.pool import open_sandbox
     from envs.sandbox.protocol import Limits
     from envs.sandbox.sweeper import run_id
     n = int(sys.argv[1])
@@ -113,7 +113,7 @@ def test_normal_exit_leaves_nothing(image):
 
 def test_sweep_spares_live_runs_and_honours_deadlines(image):
     from envs.sandbox import sweeper
-    from envs.sandbox.docker import create_container, remove_container
+    from envs.sandbox.container import create_container, remove_container
 
     proc, run = _start_runner(image, 1)
     # Two containers of another run whose owner (this process) is alive: one past its deadline.
@@ -136,7 +136,7 @@ def test_a_create_whose_answer_times_out_leaves_no_container(image, monkeypatch)
     import requests
 
     from envs.sandbox import sweeper
-    from envs.sandbox.docker import create_container
+    from envs.sandbox.container import create_container
     from envs.sandbox.protocol import SandboxError
 
     real = docker.api.client.APIClient.create_container
@@ -156,7 +156,7 @@ def test_a_create_whose_answer_times_out_leaves_no_container(image, monkeypatch)
 @pytest.mark.heavy
 def test_128_sandboxes_at_once(image):
     from envs.sandbox import pool, sweeper
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.pool import open_sandbox
 
     n = 128
     before = {c["Id"] for c in _containers(sweeper.run_id())}

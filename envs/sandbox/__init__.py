@@ -1,7 +1,8 @@
 """Where agent code runs. `open_sandbox(backend, ...)` picks a backend by its config word.
 
-Each backend module exposes `open_sandbox(image, limits, **opts) -> Sandbox` and is imported
-only when asked for, so a host without Docker can still use bubblewrap and the reverse.
+Each backend's entry module (bwrap.py; pool.py for docker) exposes `open_sandbox(image, limits,
+**opts) -> Sandbox` and is imported only when asked for, so a host without Docker can still use
+bubblewrap and the reverse.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from envs.sandbox.protocol import ExecResult, Limits, Sandbox, SandboxError, SandboxLimitError
 
-BACKENDS: dict[str, str] = {"bwrap": "envs.sandbox.bwrap", "docker": "envs.sandbox.docker"}
+BACKENDS: dict[str, str] = {"bwrap": "envs.sandbox.bwrap", "docker": "envs.sandbox.pool"}
 
 
 def open_sandbox(backend: str, image: str | None = None, limits: Limits = Limits(), **opts: Any) -> Sandbox:

@@ -18,7 +18,8 @@ one the disk watchdog stopped raises SandboxLimitError (the agent's doing: env_e
 A sandbox lives on one engine (engine.py: the local one, or a host that placement.py chose) and
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
-Containers run with no network, every capability dropped (root's execs keep VERIFIER_CAPS where a
+Containers (container.py creates them; pool.py's `open_sandbox`, the backend's entry point, hands
+them out) run with no network, every capability dropped (root's execs keep VERIFIER_CAPS where a
 verifier will run and the agent is another user; ROOT_CAPS where the agent is root), no-new-privileges,
 and the memory / pids / CPU limits of `Limits`; the shell and the verifier start under seccomp.py's
 filter, on top of the engine's profile (no fallocate: disk is used only by writing it). The agent is
@@ -43,12 +44,12 @@ import time
 from typing import Any, Callable
 
 import docker
-import requests
 
 from envs.sandbox import diskwatch, seccomp, verifier
+from envs.sandbox.container import API_ERRORS, remove_container
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
-from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
+from envs.sandbox.protocol import ExecResult, SandboxError, SandboxLimitError
 from envs.sandbox.shell import (
     _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
     exec_result, frame_command, kill_threshold,
@@ -62,12 +63,8 @@ VERIFIER_CAPS = ("KILL", *verifier.CAPS)
 # A root agent's (and so its verifier's) capabilities: what a root shell uses to work on files and
 # processes. Not DAC_READ_SEARCH (open_by_handle_at), MKNOD, NET_RAW, SETPCAP, SETFCAP, SYS_CHROOT.
 ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
-# pid 1: no handler (nothing inside can signal it), SIGCHLD ignored (the kernel reaps its orphans)
-HOLDER = ["bash", "-c", "trap '' CHLD; exec sleep infinity"]
-API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-_disk_quota: dict[str, bool] = {}  # engine -> whether it can cap disk per container (Limits.disk_mb)
 try:
     with open("/proc/sys/kernel/random/boot_id") as _f:
         _BOOT_ID = _f.read().strip()  # this kernel's; a container that reads the same shares our clock
@@ -105,103 +102,11 @@ while quiet < 3 and time.monotonic() < end:
     time.sleep(0.01)
 """
 KILL_LINGER_S = 1.0
-L_SLOT = "openclaw.slot"  # a label unique to one creation: finds a container whose create timed out
 
 
 def _boot_ticks() -> int:
     """Now in the kernel's process start-time unit (floored like /proc/PID/stat's field 22)."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK)
-
-
-def create_container(
-    image: str,
-    limits: Limits,
-    labels: dict[str, str],
-    cap_drop: tuple[str, ...] = ("ALL",),
-    url: str | None = None,
-    cap_add: tuple[str, ...] = (),
-) -> str:
-    """Create and start a container whose pid 1 idles (`HOLDER`) on engine `url` (None: the
-    primary); returns its id."""
-    url = primary() if url is None else url
-    api = client(url).api
-    labels = {**labels, L_SLOT: secrets.token_hex(8)}  # names this creation alone
-    if url not in _disk_quota:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
-        try:
-            _disk_quota[url] = "'xfs'" in str(client(url).info().get("DriverStatus", "")).lower()
-        except API_ERRORS as e:
-            raise SandboxError(f"docker info failed: {e}") from e
-    for quota in ([True, False] if _disk_quota[url] else [False]):
-        host = api.create_host_config(
-            storage_opt={"size": f"{limits.disk_mb}m"} if quota else None,
-            network_mode="bridge" if limits.network else "none",  # the host's one default network
-            mem_limit=f"{limits.memory_mb}m",
-            memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
-            pids_limit=limits.pids,
-            nano_cpus=int(limits.cpus * 1e9),
-            cap_drop=list(cap_drop),
-            # Only root processes can use these (the holder, the verifier's execs): the sandbox
-            # user's processes run with no capabilities, and no-new-privileges keeps it so.
-            cap_add=list(cap_add),
-            security_opt=["no-new-privileges"],
-            # no quota: no file grows past the cap (the kernel's RLIMIT_FSIZE); the watchdog sums them
-            ulimits=None if quota else [docker.types.Ulimit(name="fsize", soft=limits.disk_mb << 20, hard=limits.disk_mb << 20)],
-        )
-        try:
-            cid = api.create_container(
-                # The holder runs as root so that root's execs get the container's capabilities
-                # (Docker gives none to any process of a container whose user is not root); the
-                # shell and every exec run as the sandbox's user. The image's ENTRYPOINT is bypassed.
-                image, entrypoint=HOLDER, command=[], user="0", labels=labels, host_config=host,
-                network_disabled=not limits.network,
-            )["Id"]
-            break
-        except docker.errors.ImageNotFound as e:
-            raise SandboxError(f"image {image} not found: build it with `python -m envs.sandbox.images build`") from e
-        except docker.errors.APIError as e:
-            if quota and "storage" in str(e).lower():
-                _disk_quota[url] = False  # xfs without pquota: go on without the disk cap
-                continue
-            raise SandboxError(f"docker create failed: {e}") from e
-        except API_ERRORS as e:
-            # The engine may have made it after the client gave up waiting: the slot label finds it.
-            _remove_quietly([c["Id"] for c in _by_label(api, L_SLOT, labels[L_SLOT])], url)
-            raise SandboxError(f"docker create failed: {e}") from e
-    try:
-        api.start(cid)
-        if not quota:
-            upper = api.inspect_container(cid).get("GraphDriver", {}).get("Data", {}).get("UpperDir", "")
-            diskwatch.watch(cid, upper, limits.disk_mb, lambda: api.kill(cid))
-    except API_ERRORS as e:
-        _remove_quietly([cid], url)
-        raise SandboxError(f"docker start failed: {e}") from e
-    return cid
-
-
-def _by_label(api: Any, key: str, value: str) -> list[dict[str, Any]]:
-    try:
-        return api.containers(all=True, filters={"label": f"{key}={value}"})
-    except API_ERRORS:
-        return []  # still labelled with this run: the pool shutdown or the exit cleanup removes it
-
-
-def _remove_quietly(ids: list[str], url: str) -> None:
-    for cid in ids:
-        try:
-            remove_container(cid, url)
-        except API_ERRORS:
-            pass  # still labelled with this run: the pool shutdown or the exit cleanup removes it
-
-
-def remove_container(cid: str, url: str | None = None) -> None:
-    """Force-remove a container of engine `url` (None: the primary; gone already is fine)."""
-    try:
-        client(url).api.remove_container(cid, force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as e:
-        if "already in progress" not in str(e):
-            raise
 
 
 class DockerSandbox:
@@ -651,21 +556,3 @@ class DockerSandbox:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> DockerSandbox:
-    """A sandbox from the warm pool of (image, limits). `image` None is the default `sandbox`
-    image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
-    the number of episodes run at once), user (default `agent`; None: the image's USER, root when it
-    names none), workdir (where the shell starts and relative paths resolve; default the image's
-    WORKDIR; created for the user if missing), deadline_s (how long a container may live before any
-    sweeper removes it), verifier (root gets VERIFIER_CAPS, or ROOT_CAPS for a root agent, which
-    `verify` needs; default False), acquire_timeout (s)."""
-    from envs.sandbox import images, pool
-
-    if image is None:
-        try:
-            image = images.ensure_image("sandbox")
-        except images.ImageError as e:
-            raise SandboxError(str(e)) from e
-    acquire_timeout = float(opts.pop("acquire_timeout", 300.0))
-    return pool.get_pool(image, limits, **opts).acquire(timeout=acquire_timeout)
