@@ -2,9 +2,10 @@
 
 The shell's stdin, stdout and stderr travel on one hijacked exec connection (Docker's
 multiplexed stream: an 8-byte header per frame says stdout or stderr); this module reads the
-frames straight off the socket into shell.py's captures, so the persistent-shell protocol (end
-markers, head+tail caps, exit codes) is the same as bubblewrap's, with no pump thread per
-sandbox (at 128 sandboxes the harness must stay near the bare socket loop's rate).
+frames straight off the socket (`_ExecStream`, the transport of shell.py's `ShellSession`), so the
+persistent-shell protocol (end markers, head+tail caps, exit codes, the kill on a timeout or a flood)
+is bubblewrap's, with no pump thread per sandbox (at 128 sandboxes the harness must stay near the
+bare socket loop's rate).
 
 A command past its timeout (or flooding output) is killed by a helper exec that SIGKILLs every
 process of the container started since the command began, except the shell: background jobs of
@@ -36,7 +37,6 @@ import io
 import json
 import os
 import posixpath
-import secrets
 import socket
 import tarfile
 import threading
@@ -50,10 +50,7 @@ from envs.sandbox.container import API_ERRORS, remove_container
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
 from envs.sandbox.protocol import ExecResult, SandboxError, SandboxLimitError
-from envs.sandbox.shell import (
-    _KILL_REPORT, GRACE_S, SHELL_INIT, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
-    exec_result, frame_command, kill_threshold,
-)
+from envs.sandbox.shell import RawResult, ShellSession, bash_quote, exec_result
 
 DEFAULT_USER = "agent"
 PYTHON = "/usr/bin/python3"  # every sandbox image has it: the kill helper, the verifier and seccomp.py run on it
@@ -64,6 +61,7 @@ VERIFIER_CAPS = ("KILL", *verifier.CAPS)
 # processes. Not DAC_READ_SEARCH (open_by_handle_at), MKNOD, NET_RAW, SETPCAP, SETFCAP, SYS_CHROOT.
 ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
+SEND_TIMEOUT_S = 30.0  # the engine reads an exec's input as it comes: a send stuck this long is a dead connection
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 try:
     with open("/proc/sys/kernel/random/boot_id") as _f:
@@ -128,9 +126,7 @@ class DockerSandbox:
         self._exec_id = ""
         self._shell_pid = 0
         self._uid = self._gid = 0
-        self._rbuf = bytearray()
-        self._token = ""
-        self._seq = 0
+        self._session: ShellSession | None = None
         self._restarted = False  # the next result must say the shell was restarted
         self._cmd_t0 = 0  # when the running command began, in clock ticks since the engine's boot
         self._tick_offset = 0  # the engine's kernel clock minus ours (0 on this machine's kernel)
@@ -149,13 +145,7 @@ class DockerSandbox:
             raise self._infra_error(f"cannot start the shell: {e}") from e
         self._sock = getattr(raw, "_sock", raw)  # the plain socket under the SocketIO wrapper
         self._raw = raw
-        self._rbuf.clear()
-        self._token = "__OCM_" + secrets.token_hex(8)
-        self._seq = 0
-        try:
-            self._sock.sendall(SHELL_INIT)
-        except OSError as e:
-            raise self._infra_error(f"the shell did not start: {e}") from e
+        self._session = ShellSession(_ExecStream(self._sock, self._kill_command))
         r = self._run_raw("read -r b </proc/sys/kernel/random/boot_id; read -r u _ </proc/uptime; "
                           "echo $$ $UID $GROUPS ${b:-?} ${u:-?}", 10.0, 4096, kill=False)
         try:
@@ -237,83 +227,21 @@ class DockerSandbox:
 
     def _run_raw(self, command: str, timeout: float, max_output: int, workdir: str | None = None,
                  kill: bool = True) -> RawResult:
-        """One command through the shell: send the framed line, read frames until both markers.
-        Without `kill` (the shell's own start) a timeout just gives up."""
-        sock = self._sock
-        assert sock is not None
-        self._seq += 1
-        tag = f"{self._token}:{self._seq}:"
-        out = _Capture(f"\n{tag}".encode(), max_output)
-        err = _Capture(f"\n{tag}\n".encode(), max_output)
-        kill_after = kill_threshold(max_output)
-        t0 = time.monotonic()
+        """One command through the shell (shell.py's driver), then what the driver leaves to the
+        backend: a shell that does not answer is killed (or the container restarted), a shell that
+        ended reports its exit status, and a lost shell is restarted on the next command."""
+        assert self._session is not None
         self._cmd_t0 = _boot_ticks() + self._tick_offset
-        deadline = t0 + timeout
-        killed_at: float | None = None
-        timed_out = output_killed = exited = False
-        buf = self._rbuf
-        try:
-            sock.settimeout(timeout)
-            sock.sendall(frame_command(command, tag, workdir))
-        except OSError:
-            exited = True
-        while not exited:
-            # Whole frames first: header = stream(1) pad(3) size(4, big endian).
-            while len(buf) >= 8:
-                size = int.from_bytes(buf[4:8], "big")
-                if len(buf) < 8 + size:
-                    break
-                cap = out if buf[0] == 1 else err
-                cap.feed(buf[8:8 + size])
-                del buf[:8 + size]
-                if killed_at is None and kill and cap.total > kill_after:
-                    output_killed = True
-                    killed_at = time.monotonic()
-                    self._kill_command()
-            if out.end >= 0 and err.end >= 0 and _has_rc(out):
-                break
-            now = time.monotonic()
-            if killed_at is None and now >= deadline:
-                if not kill:
-                    break
-                timed_out = True
-                killed_at = now
-                if not self._kill_command():
-                    break  # the helper cannot even run: restart the container below
-            elif killed_at is not None and now >= killed_at + GRACE_S:
-                break
-            wait = (deadline - now) if killed_at is None else min(TICK_S, killed_at + GRACE_S - now)
-            try:
-                sock.settimeout(max(wait, 0.001))
-                chunk = sock.recv(_RECV)
-            except socket.timeout:
-                if killed_at is not None:
-                    self._kill_command()  # killed, but the command list goes on (`sleep 9; sleep 9`)
-                continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                exited = True
-                break
-            buf += chunk
-        complete = out.end >= 0 and err.end >= 0 and _has_rc(out)
-        rc: int | None = _exit_code(out) if complete else None
-        if not complete and not exited and kill:
+        raw = self._session.run(command, timeout, max_output, workdir, kill=kill)
+        if raw.shell_lost and not raw.shell_exited and kill:
             self._recover()  # the shell does not answer: kill it (or restart the container)
-        if exited:
+        if raw.shell_exited:
             rc = self._shell_exit_code()
-        if not complete:
+            raw.exit_code = None if raw.timed_out or raw.output_killed else rc
+        if raw.shell_lost:
             self._close_shell()
             self._restarted = True
-        if timed_out or output_killed:
-            rc = None
-        out_b, out_trunc = out.output()
-        err_b, err_trunc = err.output()
-        if killed_at is not None:  # drop bash's report of the kill (it repeats the whole command)
-            m = _KILL_REPORT.search(err_b)
-            err_b = err_b[: m.start()] if m else err_b
-        return RawResult(out_b, err_b, rc, timed_out, out_trunc or err_trunc or output_killed,
-                         output_killed, not complete, time.monotonic() - t0)
+        return raw
 
     def _shell_exit_code(self) -> int | None:
         """The shell's connection closed: its exit status if the container lives on, else
@@ -555,4 +483,50 @@ class DockerSandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _ExecStream:
+    """The shell's Transport (shell.py) over its hijacked exec socket: stdin goes in as it is,
+    stdout and stderr come back in frames (header: stream(1) pad(3) size(4, big endian)),
+    read straight off the socket with no pump thread."""
+
+    def __init__(self, sock: socket.socket, kill_command: Callable[[], bool]):
+        self.sock = sock
+        self._kill = kill_command
+        self._buf = bytearray()  # a frame not yet whole
+
+    def kill_command(self) -> bool:
+        return self._kill()
+
+    def shell_alive(self) -> bool:
+        return True  # the stream ends when the shell does
+
+    def exchange(self, pending: bytearray, wait: float, streams: set[int]) -> list[tuple[int, bytes]]:
+        if pending:
+            try:
+                self.sock.settimeout(SEND_TIMEOUT_S)
+                self.sock.sendall(pending)
+            except OSError:
+                return [(1, b""), (2, b"")]
+            pending.clear()
+        try:
+            self.sock.settimeout(max(wait, 0.001))
+            chunk = self.sock.recv(_RECV)
+        except socket.timeout:
+            return []
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return [(1, b""), (2, b"")]
+        buf = self._buf
+        buf += chunk
+        frames = []
+        while len(buf) >= 8:
+            size = int.from_bytes(buf[4:8], "big")
+            if len(buf) < 8 + size:
+                break
+            if size:  # an empty frame is no news (b"" would read as the stream's end)
+                frames.append((1 if buf[0] == 1 else 2, bytes(buf[8:8 + size])))
+            del buf[:8 + size]
+        return frames
 
