@@ -22,8 +22,8 @@ pytestmark = [
 SMALL = Limits(memory_mb=256, pids=64)
 
 # A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, then
-# waits (to be signalled; with "ignore-sigint", ignoring SIGINT) or, with "exit", returns
-# normally without closing anything.
+# waits (to be signalled; with "ignore-sigint", ignoring SIGINT; with "release", after ending its
+# sandboxes as a Ray worker's shutdown does) or, with "exit", returns normally without closing anything.
 RUNNER = textwrap.dedent("""
     import signal, sys, time
     if sys.argv[3] == "ignore-sigint":
@@ -34,6 +34,9 @@ RUNNER = textwrap.dedent("""
     n = int(sys.argv[1])
     held = [open_sandbox(sys.argv[2], Limits(memory_mb=256, pids=64), pool_size=n) for _ in range(n)]
     assert all(s.exec("echo up").stdout == "up\\n" for s in held)
+    if sys.argv[3] == "release":
+        from envs.sandbox import release_all
+        release_all()
     print("READY", run_id(), flush=True)
     if sys.argv[3] != "exit":
         time.sleep(600)
@@ -109,6 +112,17 @@ def test_normal_exit_leaves_nothing(image):
     proc.wait(timeout=60)
     assert proc.returncode == 0
     assert _wait_gone(run, 5) == []
+
+
+def test_release_all_ends_a_live_process_sandboxes(image):
+    """envs.sandbox.release_all (a Ray worker's shutdown) removes the pools' containers, the
+    process living on."""
+    proc, run = _start_runner(image, 2, then="release")
+    try:
+        assert proc.poll() is None and _containers(run) == []
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 def test_sweep_spares_live_runs_and_honours_deadlines(image):

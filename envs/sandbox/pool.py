@@ -10,9 +10,10 @@ out). `acquire` pops a ready sandbox (milliseconds) after a socket check that ne
 call; a sandbox is never reused: `close()` hands its container to a background remover and the
 fillers replace it, so no episode sees another's files or processes.
 
-With several engines (engine.set_hosts), each new container of a pool is placed by
+With several engines (fleet.py sets them), each new container of a pool is placed by
 placement.py (image affinity, then least load), so one pool's sandboxes spread over the hosts.
-The first pool of a process sweeps what dead runs left and installs the exit cleanup.
+The first pool of a process sweeps what dead runs left and installs the exit cleanup, which
+envs.sandbox.release_all (a Ray worker's shutdown) runs too.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envs.sandbox import engine, images, placement, sweeper
+from envs.sandbox import engine, images, on_release, placement, sweeper
 from envs.sandbox.container import API_ERRORS, create_container, remove_container, remove_many
 from envs.sandbox.docker import DEFAULT_USER, ROOT_CAPS, VERIFIER_CAPS, DockerSandbox
 from envs.sandbox.engine import client
@@ -274,6 +275,7 @@ def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str | None = 
                 raise SandboxError(f"Docker engine error: {e}") from e
             _swept_for_pid = os.getpid()
             sweeper.on_shutdown(shutdown_all)
+            on_release(sweeper.remove_all_mine)  # a Ray worker's shutdown (envs/remote.py) ends them too
         sweeper.install_exit_cleanup()  # again from the main thread if first called elsewhere
         pool = _pools.get(key)
         if pool is None or pool._closed:
