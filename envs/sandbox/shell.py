@@ -205,15 +205,13 @@ class ShellSession:
         self._init = b""
         out = _Capture(f"\n{tag}".encode(), max_output)
         err = _Capture(f"\n{tag}\n".encode(), max_output)
-        caps = {1: out, 2: err}
         open_streams = {1, 2}
         kill_after = kill_threshold(max_output)
         t0 = time.monotonic()
         deadline = t0 + timeout
         killed_at: float | None = None
         timed_out = output_killed = False
-        # Done once each stream showed its marker (or ended) and stdout's marker line is whole.
-        while not (all(c.end >= 0 or s not in open_streams for s, c in caps.items()) and _has_rc(out)):
+        while not _answered(out, err, open_streams):
             now = time.monotonic()
             if killed_at is None and now >= deadline:
                 if not kill:
@@ -233,7 +231,7 @@ class ShellSession:
                 if not chunk:
                     open_streams.discard(stream)
                     continue
-                cap = caps[stream]
+                cap = out if stream == 1 else err
                 cap.feed(chunk)
                 if killed_at is None and kill and cap.total > kill_after:
                     output_killed, killed_at = True, time.monotonic()
@@ -241,7 +239,7 @@ class ShellSession:
             if not open_streams:
                 break
         exited = not open_streams
-        answered = not exited and all(c.end >= 0 or s not in open_streams for s, c in caps.items()) and _has_rc(out)
+        answered = not exited and _answered(out, err, open_streams)
         self.broken = not answered
         out_b, out_trunc = out.output()
         err_b, err_trunc = err.output()
@@ -306,6 +304,11 @@ class Pipes:
             except BlockingIOError:
                 pass
         return chunks
+
+
+def _answered(out: _Capture, err: _Capture, open_streams: set[int]) -> bool:
+    """Each stream showed its marker (or ended) and stdout's marker line is whole."""
+    return (out.end >= 0 or 1 not in open_streams) and (err.end >= 0 or 2 not in open_streams) and _has_rc(out)
 
 
 def _has_rc(cap: _Capture) -> bool:
