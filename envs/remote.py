@@ -16,12 +16,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import threading
 from typing import Any, Callable
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
+
+from envs.sandbox import release_all
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,7 @@ class EnvWorker:
                 self.env.close()
             finally:
                 self._busy.release()
-        if "envs.sandbox.sweeper" in sys.modules:  # Docker sandboxes: the warm pools' too
-            sys.modules["envs.sandbox.sweeper"].remove_all_mine()
+        release_all()  # Docker sandboxes: the warm pools' too
 
 
 _Worker = ray.remote(EnvWorker)

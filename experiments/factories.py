@@ -10,7 +10,7 @@ import inspect
 import logging
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import asyncio
 
@@ -31,6 +31,8 @@ from learner.protocol import Learner
 from learner.scorer import NextStateScorer
 from learner.training import Training
 
+if TYPE_CHECKING:
+    from envs.sandbox.fleet import Fleet  # imports the docker package: only where an env uses Docker
 
 log = logging.getLogger(__name__)
 
@@ -122,20 +124,19 @@ def needs_adapter(cls: type) -> bool:
 
 
 def _require_docker() -> None:
-    from envs.sandbox import engine
+    from envs.sandbox import fleet
 
-    if not engine.engine_available():
-        raise ConfigError(f"sandbox=docker but no Docker engine answers ({', '.join(map(engine.name, engine.hosts()))}): "
+    if not fleet.available():
+        raise ConfigError(f"sandbox=docker but no Docker engine answers ({fleet.describe()}): "
                           "start one with `bash scripts/setup.d/10-docker.sh` (as root), or run with sandbox=bwrap")
 
 
-def use_docker_hosts(hosts: list[str], max_per_host: int | None) -> None:
-    """Place this process's Docker sandboxes on these engines (sandbox.hosts; empty: the local one)."""
-    from envs.sandbox import engine, placement
+def use_fleet(docker: Fleet) -> None:
+    """Place this process's Docker sandboxes as `docker` says (sandbox.hosts, sandbox.max_per_host)."""
+    from envs.sandbox import fleet
 
     try:
-        engine.set_hosts(hosts)
-        placement.configure(max_per_host)
+        fleet.use(docker)
     except ValueError as e:
         raise ConfigError(f"sandbox: {e}") from e
 
@@ -147,12 +148,12 @@ class EnvMaker:
 
     cls: type[AgentEnv]
     opts: dict[str, Any]
-    docker: dict[str, Any] | None = None  # use_docker_hosts' arguments when the env uses Docker
+    docker: Fleet | None = None  # where its Docker sandboxes go, when the env uses Docker
     name: str = ""  # the user's class, when `cls` wraps it (the Gymnasium adapter)
 
     def __call__(self) -> AgentEnv:
         if self.docker is not None:
-            use_docker_hosts(**self.docker)
+            use_fleet(self.docker)
         try:
             return self.cls(**self.opts)
         except _ENV_OPTION_ERRORS as e:  # an option's value the env refuses: its own one-line message
@@ -165,9 +166,9 @@ def sandbox_backend(name: str) -> str:
         raise ConfigError(f"unknown sandbox {name!r}; choose auto, docker or bwrap")
     if name != "auto":
         return name
-    from envs.sandbox.engine import engine_available
+    from envs.sandbox import fleet
 
-    if engine_available():
+    if fleet.available():
         return "docker"
     log.warning("no Docker engine answers: sandboxes use bubblewrap")
     return "bwrap"
@@ -210,8 +211,10 @@ def env_maker(cfg: DictConfig, env_cfg: DictConfig, extra: dict[str, Any] | None
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     docker = None
     if str(cfg.sandbox.name) != "bwrap" or opts.get("sandbox") == "docker":
-        docker = {"hosts": [str(h) for h in cfg.sandbox.get("hosts") or []], "max_per_host": cfg.sandbox.get("max_per_host")}
-        use_docker_hosts(**docker)  # here too: `auto` and the checks below ask these engines
+        from envs.sandbox.fleet import Fleet
+
+        docker = Fleet(tuple(str(h) for h in cfg.sandbox.get("hosts") or []), cfg.sandbox.get("max_per_host"))
+        use_fleet(docker)  # here too: `auto` and the checks below ask these engines
     if "sandbox" in params and "sandbox" not in opts:
         opts["sandbox"] = sandbox_backend(str(cfg.sandbox.name))
     if opts.get("sandbox") == "docker":

@@ -33,6 +33,19 @@ def ray_cluster():
     stop()
 
 
+def test_worker_shutdown_releases_what_its_backends_hold(monkeypatch):
+    """EnvWorker.shutdown ends the sandboxes every backend the process used registered, each once."""
+    import envs.sandbox as sandbox
+
+    calls: list[str] = []
+    monkeypatch.setattr(sandbox, "_releasers", [])
+    release = lambda: calls.append("released")  # noqa: E731
+    sandbox.on_release(release)
+    sandbox.on_release(release)  # a second pool of the process subscribes the same sweeper
+    remote.EnvWorker(CountdownEnv).shutdown()
+    assert calls == ["released"]
+
+
 def _jobs(tasks: list[str], repeat: int = 1) -> list[EpisodeJob]:
     return [EpisodeJob(episode_id=f"e{i}-{t}", task_id=t, group_id=t, seed=i) for i in range(repeat) for t in tasks]
 

@@ -172,7 +172,7 @@ def test_kill_mid_exec_raises(sb):
 
 
 def test_close_removes_container(image):
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.pool import open_sandbox
 
     s = open_sandbox(image, SMALL, pool_size=2)
     cid = s.id

@@ -22,18 +22,21 @@ pytestmark = [
 SMALL = Limits(memory_mb=256, pids=64)
 
 # A runner: opens N sandboxes (warm pool of N), runs a command in each, says READY <run id>, then
-# waits (to be signalled; with "ignore-sigint", ignoring SIGINT) or, with "exit", returns
-# normally without closing anything.
+# waits (to be signalled; with "ignore-sigint", ignoring SIGINT; with "release", after ending its
+# sandboxes as a Ray worker's shutdown does) or, with "exit", returns normally without closing anything.
 RUNNER = textwrap.dedent("""
     import signal, sys, time
     if sys.argv[3] == "ignore-sigint":
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or in a background job
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.pool import open_sandbox
     from envs.sandbox.protocol import Limits
     from envs.sandbox.sweeper import run_id
     n = int(sys.argv[1])
     held = [open_sandbox(sys.argv[2], Limits(memory_mb=256, pids=64), pool_size=n) for _ in range(n)]
     assert all(s.exec("echo up").stdout == "up\\n" for s in held)
+    if sys.argv[3] == "release":
+        from envs.sandbox import release_all
+        release_all()
     print("READY", run_id(), flush=True)
     if sys.argv[3] != "exit":
         time.sleep(600)
@@ -111,9 +114,20 @@ def test_normal_exit_leaves_nothing(image):
     assert _wait_gone(run, 5) == []
 
 
+def test_release_all_ends_a_live_process_sandboxes(image):
+    """envs.sandbox.release_all (a Ray worker's shutdown) removes the pools' containers, the
+    process living on."""
+    proc, run = _start_runner(image, 2, then="release")
+    try:
+        assert proc.poll() is None and _containers(run) == []
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def test_sweep_spares_live_runs_and_honours_deadlines(image):
     from envs.sandbox import sweeper
-    from envs.sandbox.docker import create_container, remove_container
+    from envs.sandbox.container import create_container, remove_container
 
     proc, run = _start_runner(image, 1)
     # Two containers of another run whose owner (this process) is alive: one past its deadline.
@@ -136,7 +150,7 @@ def test_a_create_whose_answer_times_out_leaves_no_container(image, monkeypatch)
     import requests
 
     from envs.sandbox import sweeper
-    from envs.sandbox.docker import create_container
+    from envs.sandbox.container import create_container
     from envs.sandbox.protocol import SandboxError
 
     real = docker.api.client.APIClient.create_container
@@ -156,7 +170,7 @@ def test_a_create_whose_answer_times_out_leaves_no_container(image, monkeypatch)
 @pytest.mark.heavy
 def test_128_sandboxes_at_once(image):
     from envs.sandbox import pool, sweeper
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.pool import open_sandbox
 
     n = 128
     before = {c["Id"] for c in _containers(sweeper.run_id())}

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from envs.sandbox import engine
+from envs.sandbox import engine, fleet, placement
+from envs.sandbox.fleet import Fleet
 
 
 @pytest.fixture(autouse=True)
 def local_engine_after():
     yield
     engine.set_hosts(None)
+
+
+def test_a_fleet_travels_pickled_and_sets_hosts_and_cap():
+    """What a Ray worker gets from its driver (EnvMaker.docker) places its sandboxes the same way."""
+    fleet.use(pickle.loads(pickle.dumps(Fleet(("tcp://a:2376", "unix:///x.sock"), 3))))
+    try:
+        assert engine.hosts() == ["tcp://a:2376", "unix:///x.sock"] and placement.max_per_host == 3
+        assert fleet.describe() == "tcp://a:2376, unix:///x.sock"
+    finally:
+        fleet.use(Fleet())
+    assert engine.hosts() == [engine.LOCAL] and placement.max_per_host is None
 
 
 def _dead_url() -> str:

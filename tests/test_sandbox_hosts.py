@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox import engine, images, placement, pool, sweeper
-from envs.sandbox.docker import open_sandbox
+from envs.sandbox import container, engine, images, placement, pool, sweeper
 from envs.sandbox.engine import client, engine_available
+from envs.sandbox.pool import open_sandbox
 from envs.sandbox.protocol import Limits, SandboxError
 from envs.swe.instances import resolve_image
 from tests.ready import start_ready
@@ -112,7 +112,7 @@ def test_sandbox_goes_to_the_engine_that_has_its_image(hosts, sandbox_image, hol
 
 
 def test_least_loaded_engine_when_both_have_the_image(hosts, sandbox_image):
-    from envs.sandbox.docker import create_container, remove_container
+    from envs.sandbox.container import create_container, remove_container
 
     # A crashed run's leftover on D3 (its process is gone, its container still runs) is no load.
     dead = subprocess.Popen(["true"])
@@ -196,7 +196,7 @@ def test_another_kernels_clock_still_kills_only_the_timed_out_command(hosts, san
 RUNNER = textwrap.dedent("""
     import sys, time
     from envs.sandbox import engine
-    from envs.sandbox.docker import open_sandbox
+    from envs.sandbox.pool import open_sandbox
     from envs.sandbox.protocol import Limits
     from envs.sandbox.sweeper import run_id
     engine.set_hosts(sys.argv[2:])
@@ -231,7 +231,7 @@ def test_containers_on_every_engine_are_cleaned_up(hosts, sandbox_image, how):
             proc.kill()
             proc.wait()
         for url in (D2, D3):
-            sweeper.remove_many([c["Id"] for c in sweeper.containers(run, url)], url)
+            container.remove_many([c["Id"] for c in sweeper.containers(run, url)], url)
 
 
 def test_sandbox_on_an_engine_that_dies_is_an_infra_error(hosts, sandbox_image):

@@ -45,7 +45,7 @@ from typing import Any, Callable, NamedTuple
 
 from envs.sandbox import cgroups, seccomp, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
-from envs.sandbox.shell import STATE_COMMAND, RawResult, ShellSession, bash_quote, exec_result, restore_command
+from envs.sandbox.shell import STATE_COMMAND, Pipes, RawResult, ShellSession, bash_quote, exec_result, restore_command
 
 BWRAP = "/usr/bin/bwrap"
 START_TIMEOUT_S = 10.0
@@ -231,10 +231,10 @@ class BwrapSandbox:
             env=env, bufsize=0, start_new_session=True,
         )
         assert self._shell.stdin and self._shell.stdout and self._shell.stderr
-        self._session = ShellSession(
+        self._session = ShellSession(Pipes(
             self._shell.stdin.fileno(), self._shell.stdout.fileno(), self._shell.stderr.fileno(),
             self._kill_command, lambda: self._shell is not None and self._shell.poll() is None,
-        )
+        ))
         probe = self._session.run("cd -- " + bash_quote(self.workdir), timeout=START_TIMEOUT_S, max_output=4096)
         if probe.exit_code != 0:
             detail = probe.stderr.decode(errors="replace").strip()
@@ -296,7 +296,7 @@ class BwrapSandbox:
             if self._cgroup is not None and self._cgroup.oom_kills() > ooms:
                 raw.stderr += (f"\n[memory limit: the sandbox reached its {self.limits.memory_mb} MB; files in /tmp and "
                                f"{self.workdir} count against it (tmpfs), so the kernel killed a process]").encode()
-            if raw.shell_exited and self._shell is not None and raw.exit_code is None and not raw.timed_out:
+            if raw.shell_lost and self._shell is not None and raw.exit_code is None and not raw.timed_out:
                 try:  # the command ended the shell (`exit 3`): report the shell's status
                     raw.exit_code = self._shell.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:

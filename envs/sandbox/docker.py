@@ -2,9 +2,10 @@
 
 The shell's stdin, stdout and stderr travel on one hijacked exec connection (Docker's
 multiplexed stream: an 8-byte header per frame says stdout or stderr); this module reads the
-frames straight off the socket into shell.py's captures, so the persistent-shell protocol (end
-markers, head+tail caps, exit codes) is the same as bubblewrap's, with no pump thread per
-sandbox (at 128 sandboxes the harness must stay near the bare socket loop's rate).
+frames straight off the socket (`_ExecStream`, the transport of shell.py's `ShellSession`), so the
+persistent-shell protocol (end markers, head+tail caps, exit codes, the kill on a timeout or a flood)
+is bubblewrap's, with no pump thread per sandbox (at 128 sandboxes the harness must stay near the
+bare socket loop's rate).
 
 A command past its timeout (or flooding output) is killed by a helper exec that SIGKILLs every
 process of the container started since the command began, except the shell: background jobs of
@@ -18,7 +19,8 @@ one the disk watchdog stopped raises SandboxLimitError (the agent's doing: env_e
 A sandbox lives on one engine (engine.py: the local one, or a host that placement.py chose) and
 every API call about it goes there: a container id means nothing on another engine. On a host
 with another kernel the kill helper's time threshold is shifted by that kernel's uptime.
-Containers run with no network, every capability dropped (root's execs keep VERIFIER_CAPS where a
+Containers (container.py creates them; pool.py's `open_sandbox`, the backend's entry point, hands
+them out) run with no network, every capability dropped (root's execs keep VERIFIER_CAPS where a
 verifier will run and the agent is another user; ROOT_CAPS where the agent is root), no-new-privileges,
 and the memory / pids / CPU limits of `Limits`; the shell and the verifier start under seccomp.py's
 filter, on top of the engine's profile (no fallocate: disk is used only by writing it). The agent is
@@ -36,7 +38,6 @@ import io
 import json
 import os
 import posixpath
-import secrets
 import socket
 import tarfile
 import threading
@@ -44,16 +45,13 @@ import time
 from typing import Any, Callable
 
 import docker
-import requests
 
 from envs.sandbox import diskwatch, seccomp, verifier
+from envs.sandbox.container import API_ERRORS, remove_container
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
-from envs.sandbox.protocol import ExecResult, Limits, SandboxError, SandboxLimitError
-from envs.sandbox.shell import (
-    _KILL_REPORT, GRACE_S, SHELL_INIT, STATE_COMMAND, TICK_S, RawResult, _Capture, _exit_code, _has_rc, bash_quote,
-    exec_result, frame_command, kill_threshold, restore_command,
-)
+from envs.sandbox.protocol import ExecResult, SandboxError, SandboxLimitError
+from envs.sandbox.shell import STATE_COMMAND, RawResult, ShellSession, bash_quote, exec_result, restore_command
 
 DEFAULT_USER = "agent"
 PYTHON = "/usr/bin/python3"  # every sandbox image has it: the kill helper, the verifier and seccomp.py run on it
@@ -63,12 +61,9 @@ VERIFIER_CAPS = ("KILL", *verifier.CAPS)
 # A root agent's (and so its verifier's) capabilities: what a root shell uses to work on files and
 # processes. Not DAC_READ_SEARCH (open_by_handle_at), MKNOD, NET_RAW, SETPCAP, SETFCAP, SYS_CHROOT.
 ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
-# pid 1: no handler (nothing inside can signal it), SIGCHLD ignored (the kernel reaps its orphans)
-HOLDER = ["bash", "-c", "trap '' CHLD; exec sleep infinity"]
-API_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 _RECV = 1 << 16  # above 128 KiB each recv buffer would be an mmap+munmap
+SEND_TIMEOUT_S = 30.0  # the engine reads an exec's input as it comes: a send stuck this long is a dead connection
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-_disk_quota: dict[str, bool] = {}  # engine -> whether it can cap disk per container (Limits.disk_mb)
 try:
     with open("/proc/sys/kernel/random/boot_id") as _f:
         _BOOT_ID = _f.read().strip()  # this kernel's; a container that reads the same shares our clock
@@ -106,103 +101,11 @@ while quiet < 3 and time.monotonic() < end:
     time.sleep(0.01)
 """
 KILL_LINGER_S = 1.0
-L_SLOT = "openclaw.slot"  # a label unique to one creation: finds a container whose create timed out
 
 
 def _boot_ticks() -> int:
     """Now in the kernel's process start-time unit (floored like /proc/PID/stat's field 22)."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK)
-
-
-def create_container(
-    image: str,
-    limits: Limits,
-    labels: dict[str, str],
-    cap_drop: tuple[str, ...] = ("ALL",),
-    url: str | None = None,
-    cap_add: tuple[str, ...] = (),
-) -> str:
-    """Create and start a container whose pid 1 idles (`HOLDER`) on engine `url` (None: the
-    primary); returns its id."""
-    url = primary() if url is None else url
-    api = client(url).api
-    labels = {**labels, L_SLOT: secrets.token_hex(8)}  # names this creation alone
-    if url not in _disk_quota:  # only overlay2 on xfs (mounted with pquota) can cap a container's disk
-        try:
-            _disk_quota[url] = "'xfs'" in str(client(url).info().get("DriverStatus", "")).lower()
-        except API_ERRORS as e:
-            raise SandboxError(f"docker info failed: {e}") from e
-    for quota in ([True, False] if _disk_quota[url] else [False]):
-        host = api.create_host_config(
-            storage_opt={"size": f"{limits.disk_mb}m"} if quota else None,
-            network_mode="bridge" if limits.network else "none",  # the host's one default network
-            mem_limit=f"{limits.memory_mb}m",
-            memswap_limit=f"{limits.memory_mb}m",  # no swap beyond the memory limit
-            pids_limit=limits.pids,
-            nano_cpus=int(limits.cpus * 1e9),
-            cap_drop=list(cap_drop),
-            # Only root processes can use these (the holder, the verifier's execs): the sandbox
-            # user's processes run with no capabilities, and no-new-privileges keeps it so.
-            cap_add=list(cap_add),
-            security_opt=["no-new-privileges"],
-            # no quota: no file grows past the cap (the kernel's RLIMIT_FSIZE); the watchdog sums them
-            ulimits=None if quota else [docker.types.Ulimit(name="fsize", soft=limits.disk_mb << 20, hard=limits.disk_mb << 20)],
-        )
-        try:
-            cid = api.create_container(
-                # The holder runs as root so that root's execs get the container's capabilities
-                # (Docker gives none to any process of a container whose user is not root); the
-                # shell and every exec run as the sandbox's user. The image's ENTRYPOINT is bypassed.
-                image, entrypoint=HOLDER, command=[], user="0", labels=labels, host_config=host,
-                network_disabled=not limits.network,
-            )["Id"]
-            break
-        except docker.errors.ImageNotFound as e:
-            raise SandboxError(f"image {image} not found: build it with `python -m envs.sandbox.images build`") from e
-        except docker.errors.APIError as e:
-            if quota and "storage" in str(e).lower():
-                _disk_quota[url] = False  # xfs without pquota: go on without the disk cap
-                continue
-            raise SandboxError(f"docker create failed: {e}") from e
-        except API_ERRORS as e:
-            # The engine may have made it after the client gave up waiting: the slot label finds it.
-            _remove_quietly([c["Id"] for c in _by_label(api, L_SLOT, labels[L_SLOT])], url)
-            raise SandboxError(f"docker create failed: {e}") from e
-    try:
-        api.start(cid)
-        if not quota:
-            upper = api.inspect_container(cid).get("GraphDriver", {}).get("Data", {}).get("UpperDir", "")
-            diskwatch.watch(cid, upper, limits.disk_mb, lambda: api.kill(cid))
-    except API_ERRORS as e:
-        _remove_quietly([cid], url)
-        raise SandboxError(f"docker start failed: {e}") from e
-    return cid
-
-
-def _by_label(api: Any, key: str, value: str) -> list[dict[str, Any]]:
-    try:
-        return api.containers(all=True, filters={"label": f"{key}={value}"})
-    except API_ERRORS:
-        return []  # still labelled with this run: the pool shutdown or the exit cleanup removes it
-
-
-def _remove_quietly(ids: list[str], url: str) -> None:
-    for cid in ids:
-        try:
-            remove_container(cid, url)
-        except API_ERRORS:
-            pass  # still labelled with this run: the pool shutdown or the exit cleanup removes it
-
-
-def remove_container(cid: str, url: str | None = None) -> None:
-    """Force-remove a container of engine `url` (None: the primary; gone already is fine)."""
-    try:
-        client(url).api.remove_container(cid, force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as e:
-        if "already in progress" not in str(e):
-            raise
 
 
 class DockerSandbox:
@@ -225,9 +128,7 @@ class DockerSandbox:
         self._exec_id = ""
         self._shell_pid = 0
         self._uid = self._gid = 0
-        self._rbuf = bytearray()
-        self._token = ""
-        self._seq = 0
+        self._session: ShellSession | None = None
         self._restarted = False  # the next result must say the shell was restarted
         self._cmd_t0 = 0  # when the running command began, in clock ticks since the engine's boot
         self._tick_offset = 0  # the engine's kernel clock minus ours (0 on this machine's kernel)
@@ -246,13 +147,7 @@ class DockerSandbox:
             raise self._infra_error(f"cannot start the shell: {e}") from e
         self._sock = getattr(raw, "_sock", raw)  # the plain socket under the SocketIO wrapper
         self._raw = raw
-        self._rbuf.clear()
-        self._token = "__OCM_" + secrets.token_hex(8)
-        self._seq = 0
-        try:
-            self._sock.sendall(SHELL_INIT)
-        except OSError as e:
-            raise self._infra_error(f"the shell did not start: {e}") from e
+        self._session = ShellSession(_ExecStream(self._sock, self._kill_command))
         r = self._run_raw("read -r b </proc/sys/kernel/random/boot_id; read -r u _ </proc/uptime; "
                           "echo $$ $UID $GROUPS ${b:-?} ${u:-?}", 10.0, 4096, kill=False)
         try:
@@ -334,83 +229,21 @@ class DockerSandbox:
 
     def _run_raw(self, command: str, timeout: float, max_output: int, workdir: str | None = None,
                  kill: bool = True) -> RawResult:
-        """One command through the shell: send the framed line, read frames until both markers.
-        Without `kill` (the shell's own start) a timeout just gives up."""
-        sock = self._sock
-        assert sock is not None
-        self._seq += 1
-        tag = f"{self._token}:{self._seq}:"
-        out = _Capture(f"\n{tag}".encode(), max_output)
-        err = _Capture(f"\n{tag}\n".encode(), max_output)
-        kill_after = kill_threshold(max_output)
-        t0 = time.monotonic()
+        """One command through the shell (shell.py's driver), then what the driver leaves to the
+        backend: a shell that does not answer is killed (or the container restarted), a shell that
+        ended reports its exit status, and a lost shell is restarted on the next command."""
+        assert self._session is not None
         self._cmd_t0 = _boot_ticks() + self._tick_offset
-        deadline = t0 + timeout
-        killed_at: float | None = None
-        timed_out = output_killed = exited = False
-        buf = self._rbuf
-        try:
-            sock.settimeout(timeout)
-            sock.sendall(frame_command(command, tag, workdir))
-        except OSError:
-            exited = True
-        while not exited:
-            # Whole frames first: header = stream(1) pad(3) size(4, big endian).
-            while len(buf) >= 8:
-                size = int.from_bytes(buf[4:8], "big")
-                if len(buf) < 8 + size:
-                    break
-                cap = out if buf[0] == 1 else err
-                cap.feed(buf[8:8 + size])
-                del buf[:8 + size]
-                if killed_at is None and kill and cap.total > kill_after:
-                    output_killed = True
-                    killed_at = time.monotonic()
-                    self._kill_command()
-            if out.end >= 0 and err.end >= 0 and _has_rc(out):
-                break
-            now = time.monotonic()
-            if killed_at is None and now >= deadline:
-                if not kill:
-                    break
-                timed_out = True
-                killed_at = now
-                if not self._kill_command():
-                    break  # the helper cannot even run: restart the container below
-            elif killed_at is not None and now >= killed_at + GRACE_S:
-                break
-            wait = (deadline - now) if killed_at is None else min(TICK_S, killed_at + GRACE_S - now)
-            try:
-                sock.settimeout(max(wait, 0.001))
-                chunk = sock.recv(_RECV)
-            except socket.timeout:
-                if killed_at is not None:
-                    self._kill_command()  # killed, but the command list goes on (`sleep 9; sleep 9`)
-                continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                exited = True
-                break
-            buf += chunk
-        complete = out.end >= 0 and err.end >= 0 and _has_rc(out)
-        rc: int | None = _exit_code(out) if complete else None
-        if not complete and not exited and kill:
+        raw = self._session.run(command, timeout, max_output, workdir, kill=kill)
+        if raw.shell_lost and not raw.shell_exited and kill:
             self._recover()  # the shell does not answer: kill it (or restart the container)
-        if exited:
+        if raw.shell_exited:
             rc = self._shell_exit_code()
-        if not complete:
+            raw.exit_code = None if raw.timed_out or raw.output_killed else rc
+        if raw.shell_lost:
             self._close_shell()
             self._restarted = True
-        if timed_out or output_killed:
-            rc = None
-        out_b, out_trunc = out.output()
-        err_b, err_trunc = err.output()
-        if killed_at is not None:  # drop bash's report of the kill (it repeats the whole command)
-            m = _KILL_REPORT.search(err_b)
-            err_b = err_b[: m.start()] if m else err_b
-        return RawResult(out_b, err_b, rc, timed_out, out_trunc or err_trunc or output_killed,
-                         output_killed, not complete, time.monotonic() - t0)
+        return raw
 
     def _shell_exit_code(self) -> int | None:
         """The shell's connection closed: its exit status if the container lives on, else
@@ -722,20 +555,48 @@ class DockerSandbox:
         self.close()
 
 
-def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> DockerSandbox:
-    """A sandbox from the warm pool of (image, limits). `image` None is the default `sandbox`
-    image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
-    the number of episodes run at once), user (default `agent`; None: the image's USER, root when it
-    names none), workdir (where the shell starts and relative paths resolve; default the image's
-    WORKDIR; created for the user if missing), deadline_s (how long a container may live before any
-    sweeper removes it), verifier (root gets VERIFIER_CAPS, or ROOT_CAPS for a root agent, which
-    `verify` needs; default False), acquire_timeout (s)."""
-    from envs.sandbox import images, pool
+class _ExecStream:
+    """The shell's Transport (shell.py) over its hijacked exec socket: stdin goes in as it is,
+    stdout and stderr come back in frames (header: stream(1) pad(3) size(4, big endian)),
+    read straight off the socket with no pump thread."""
 
-    if image is None:
+    def __init__(self, sock: socket.socket, kill_command: Callable[[], bool]):
+        self.sock = sock
+        self._kill = kill_command
+        self._buf = bytearray()  # a frame not yet whole
+
+    def kill_command(self) -> bool:
+        return self._kill()
+
+    def shell_alive(self) -> bool:
+        return True  # the stream ends when the shell does
+
+    def exchange(self, pending: bytearray, wait: float, streams: set[int]) -> list[tuple[int, bytes]]:
+        if pending:
+            try:
+                self.sock.settimeout(SEND_TIMEOUT_S)
+                self.sock.sendall(pending)
+            except OSError:
+                return [(1, b""), (2, b"")]
+            pending.clear()
         try:
-            image = images.ensure_image("sandbox")
-        except images.ImageError as e:
-            raise SandboxError(str(e)) from e
-    acquire_timeout = float(opts.pop("acquire_timeout", 300.0))
-    return pool.get_pool(image, limits, **opts).acquire(timeout=acquire_timeout)
+            self.sock.settimeout(max(wait, 0.001))
+            chunk = self.sock.recv(_RECV)
+        except socket.timeout:
+            return []
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return [(1, b""), (2, b"")]
+        buf = self._buf
+        buf += chunk
+        frames = []
+        while len(buf) >= 8:
+            size = int.from_bytes(buf[4:8], "big")
+            if len(buf) < 8 + size:
+                break
+            if size:  # an empty frame is no news (b"" would read as the stream's end)
+                frames.append((1 if buf[0] == 1 else 2, bytes(buf[8:8 + size])))
+            del buf[:8 + size]
+        return frames
+

@@ -3,8 +3,9 @@
 An engine is named by its URL (`unix:///var/run/docker.sock`, `tcp://host:2376`); the empty
 name `LOCAL` is the engine the docker CLI would use (DOCKER_HOST, else the default socket).
 TLS for tcp:// engines comes from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH, as for the CLI.
-`set_hosts()` sets the engines of this process (default: the local one); the first that
-answers is the primary, which builds images (placement.py copies them where they are needed).
+`set_hosts()` (fleet.py's `use`, outside envs/sandbox) sets the engines of this process (default:
+the local one); the first that answers is the primary, which builds images (placement.py copies
+them where they are needed).
 """
 from __future__ import annotations
 

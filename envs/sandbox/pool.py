@@ -1,5 +1,7 @@
 """Warm pools of ready Docker sandboxes, one per (image, limits, user, workdir, verifier).
 
+`open_sandbox` here is the docker backend's entry point (envs.sandbox.BACKENDS).
+
 A pool keeps `size` sandboxes ready (container started, shell open) plus one more for each
 caller waiting, filled by a few background threads. Creation is paced per engine by a
 token bucket and a bound on creations in flight, because dockerd, not the client, is the
@@ -8,9 +10,10 @@ out). `acquire` pops a ready sandbox (milliseconds) after a socket check that ne
 call; a sandbox is never reused: `close()` hands its container to a background remover and the
 fillers replace it, so no episode sees another's files or processes.
 
-With several engines (engine.set_hosts), each new container of a pool is placed by
+With several engines (fleet.py sets them), each new container of a pool is placed by
 placement.py (image affinity, then least load), so one pool's sandboxes spread over the hosts.
-The first pool of a process sweeps what dead runs left and installs the exit cleanup.
+The first pool of a process sweeps what dead runs left and installs the exit cleanup, which
+envs.sandbox.release_all (a Ray worker's shutdown) runs too.
 """
 from __future__ import annotations
 
@@ -21,10 +24,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envs.sandbox import engine, placement, sweeper
-from envs.sandbox.docker import (
-    API_ERRORS, DEFAULT_USER, ROOT_CAPS, VERIFIER_CAPS, DockerSandbox, create_container, remove_container,
-)
+from envs.sandbox import engine, images, on_release, placement, sweeper
+from envs.sandbox.container import API_ERRORS, create_container, remove_container, remove_many
+from envs.sandbox.docker import DEFAULT_USER, ROOT_CAPS, VERIFIER_CAPS, DockerSandbox
 from envs.sandbox.engine import client
 from envs.sandbox.protocol import Limits, SandboxError
 
@@ -235,7 +237,7 @@ class WarmPool:
         for sb in doomed:
             by_engine[sb.engine].append(sb.id)
         for url, ids in by_engine.items():
-            sweeper.remove_many(ids, url)
+            remove_many(ids, url)
             for _ in ids:
                 placement.release(url)
 
@@ -274,6 +276,7 @@ def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str | None = 
                 raise SandboxError(f"Docker engine error: {e}") from e
             _swept_for_pid = os.getpid()
             sweeper.on_shutdown(shutdown_all)
+            on_release(sweeper.remove_all_mine)  # a Ray worker's shutdown (envs/remote.py) ends them too
         sweeper.install_exit_cleanup()  # again from the main thread if first called elsewhere
         pool = _pools.get(key)
         if pool is None or pool._closed:
@@ -288,3 +291,20 @@ def shutdown_all() -> None:
         pools = list(_pools.values())
     for p in pools:
         p.shutdown()
+
+
+def open_sandbox(image: str | None = None, limits: Limits = Limits(), **opts: Any) -> DockerSandbox:
+    """A sandbox from the warm pool of (image, limits). `image` None is the default `sandbox`
+    image (built first if its recipe changed). opts: pool_size (warm target, default 4: set it to
+    the number of episodes run at once), user (default `agent`; None: the image's USER, root when it
+    names none), workdir (where the shell starts and relative paths resolve; default the image's
+    WORKDIR; created for the user if missing), deadline_s (how long a container may live before any
+    sweeper removes it), verifier (root gets VERIFIER_CAPS, or ROOT_CAPS for a root agent, which
+    `verify` needs; default False), acquire_timeout (s)."""
+    if image is None:
+        try:
+            image = images.ensure_image("sandbox")
+        except images.ImageError as e:
+            raise SandboxError(str(e)) from e
+    acquire_timeout = float(opts.pop("acquire_timeout", 300.0))
+    return get_pool(image, limits, **opts).acquire(timeout=acquire_timeout)

@@ -1,9 +1,9 @@
-"""The persistent-shell protocol over pipes: one long-lived bash, commands framed by end markers.
+"""The persistent-shell protocol: one long-lived bash, commands framed by end markers.
 
-Backend-neutral: a backend that can hand over a bash's stdin, stdout and stderr as file
-descriptors (a bwrap child's pipes) drives it with `ShellSession.run`; one that reads another
-transport (Docker's multiplexed exec socket) uses the pieces: SHELL_INIT, `frame_command`,
-`_Capture`, `exec_result`. Each command goes in as `eval $'<quoted text>'` on one line, so an unbalanced quote or a
+One driver, `ShellSession`, for every backend; a backend hands it a small `Transport` that moves
+bytes to the shell's stdin and from its stdout and stderr and can kill a command: `Pipes` for a
+bash whose three pipes we hold (bwrap), docker.py's exec socket (Docker's multiplexed stream).
+Each command goes in as `eval $'<quoted text>'` on one line, so an unbalanced quote or a
 syntax error stays inside eval and cannot swallow the end marker (not inside `{ ...; }`: bash
 5.2 loses its place in the input when an eval inside a group fails to parse). After the command the shell
 prints a marker line with the exit code on stdout and a marker on stderr; the reader waits for
@@ -12,9 +12,9 @@ output can fake it.
 
 Limits are enforced on this side: each stream keeps its head and tail up to the cap and drops the
 middle (memory stays bounded under a `yes` flood); past `kill_after` bytes, or at the timeout,
-the backend's `kill_command` kills what the command started while the shell lives on. If the
-marker still does not come (a builtin loop in the shell itself), the session is marked broken so
-the backend restarts the shell.
+the transport's `kill_command` kills what the command started while the shell lives on. If the
+marker still does not come (a builtin loop in the shell itself), or the shell's output ends, the
+session is marked broken and the backend restarts the shell.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import re
 import secrets
 import select
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 from envs.sandbox.protocol import ExecResult
 
@@ -165,31 +165,38 @@ class RawResult:
     timed_out: bool = False
     truncated: bool = False
     output_killed: bool = False  # the command was killed for flooding output
-    shell_exited: bool = False  # the shell ended (the command ran `exit`, or it was killed)
+    shell_exited: bool = False  # the shell's output streams ended (the command ran `exit`, or it was killed)
+    shell_lost: bool = False  # the shell did not finish the command (it ended or stopped answering)
     duration_s: float = 0.0
 
 
-class ShellSession:
-    """Drives one bash over three pipe fds. Not thread-safe: one command at a time."""
+class Transport(Protocol):
+    """How a ShellSession reaches its bash: a backend's pipes (`Pipes`) or Docker's exec socket."""
 
-    def __init__(
-        self,
-        stdin_fd: int,
-        stdout_fd: int,
-        stderr_fd: int,
-        kill_command: Callable[[], None],
-        shell_alive: Callable[[], bool],
-    ):
-        self.stdin_fd, self.stdout_fd, self.stderr_fd = stdin_fd, stdout_fd, stderr_fd
-        self.kill_command = kill_command  # kill what the shell started, not the shell
-        self.shell_alive = shell_alive
-        os.write(stdin_fd, SHELL_INIT)
-        os.set_blocking(stdin_fd, False)
+    def exchange(self, pending: bytearray, wait: float, streams: set[int]) -> list[tuple[int, bytes]]:
+        """Write what can be written now of `pending` (deleting it from the front), then return the
+        output of `streams` (1: stdout, 2: stderr) that arrives within `wait` s as (stream, bytes)
+        pairs; b"" says that stream ended. [] when nothing came."""
+        ...
+
+    def kill_command(self) -> bool:
+        """Kill what the running command started, not the shell; False if the kill could not run."""
+        ...
+
+    def shell_alive(self) -> bool:
+        """Whether the shell still runs (asked when the output is quiet: cheap)."""
+        ...
+
+
+class ShellSession:
+    """Drives one bash over a transport. Not thread-safe: one command at a time."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
         self.token = "__OCM_" + secrets.token_hex(8)
         self.seq = 0
         self.broken = False  # the shell ended or stopped answering: the backend must restart it
-        for fd in (stdout_fd, stderr_fd):
-            os.set_blocking(fd, False)
+        self._init = SHELL_INIT  # goes in ahead of the first command
 
     def run(
         self,
@@ -198,105 +205,124 @@ class ShellSession:
         max_output: int,
         workdir: str | None = None,
         stdin_data: bytes | None = None,
+        kill: bool = True,
     ) -> RawResult:
-        """Run one command. `stdin_data` is fed to the command (else it reads /dev/null)."""
+        """Run one command. `stdin_data` is fed to the command (else it reads /dev/null). Without
+        `kill` (a shell's own start) neither the timeout nor a flood kills anything: the timeout
+        gives up on the shell."""
         if self.broken:
             raise RuntimeError("shell session is broken; restart the shell")
         self.seq += 1
         tag = f"{self.token}:{self.seq}:"
-        line = frame_command(command, tag, workdir, feeds_stdin=stdin_data is not None)
-        payload = line + (stdin_data or b"")
+        pending = bytearray(self._init + frame_command(command, tag, workdir, feeds_stdin=stdin_data is not None))
+        pending += stdin_data or b""
+        self._init = b""
         out = _Capture(f"\n{tag}".encode(), max_output)
         err = _Capture(f"\n{tag}\n".encode(), max_output)
+        open_streams = {1, 2}
         kill_after = kill_threshold(max_output)
         t0 = time.monotonic()
         deadline = t0 + timeout
         killed_at: float | None = None
         timed_out = output_killed = False
-        poller = select.poll()
-        poller.register(self.stdout_fd, select.POLLIN)
-        poller.register(self.stderr_fd, select.POLLIN)
-        if payload:
-            poller.register(self.stdin_fd, select.POLLOUT)
-        open_fds = 2
-        out_done = err_done = False
-        exited = False
-        while not (out_done and err_done and _has_rc(out)):
+        while not _answered(out, err, open_streams):
             now = time.monotonic()
             if killed_at is None and now >= deadline:
-                timed_out = True
-                killed_at = now
-                self.kill_command()
+                if not kill:
+                    break
+                timed_out, killed_at = True, now
+                if not self.transport.kill_command():
+                    break  # the kill cannot even run: the backend recovers
             elif killed_at is not None and now >= killed_at + GRACE_S:
-                self.broken = True  # the shell itself does not come back: restart it
-                break
-            wait_until = deadline if killed_at is None else killed_at + GRACE_S
-            events = poller.poll(min(TICK_S, max(0.0, wait_until - now)) * 1000)
-            if not events and (killed_at is not None or not self.shell_alive()):
+                break  # the shell itself does not come back
+            until = deadline if killed_at is None else killed_at + GRACE_S
+            chunks = self.transport.exchange(pending, min(TICK_S, max(0.0, until - now)), open_streams)
+            if not chunks and (killed_at is not None or not self.transport.shell_alive()):
                 # Killed, but the command list goes on (`sleep 9; sleep 9`): kill what follows.
-                # Or the shell ended (`exit`) and what it left running holds the pipes open.
-                self.kill_command()
-            for fd, ev in events:
-                if fd == self.stdin_fd:
-                    if ev & (select.POLLERR | select.POLLHUP):
-                        poller.unregister(fd)
-                        payload = b""
-                        continue
-                    try:
-                        n = os.write(fd, payload[:_CHUNK])
-                    except BlockingIOError:
-                        continue
-                    except (BrokenPipeError, OSError):
-                        n = len(payload)
-                    payload = payload[n:]
-                    if not payload:
-                        poller.unregister(fd)
+                # Or the shell ended (`exit`) and what it left running holds its output open.
+                self.transport.kill_command()
+            for stream, chunk in chunks:
+                if not chunk:
+                    open_streams.discard(stream)
                     continue
-                try:
-                    chunk = os.read(fd, _CHUNK)
-                except BlockingIOError:
-                    continue
-                if not chunk:  # EOF: the shell is gone
-                    poller.unregister(fd)
-                    open_fds -= 1
-                    if fd == self.stdout_fd:
-                        out_done = True
-                    else:
-                        err_done = True
-                    continue
-                if fd == self.stdout_fd:
-                    out_done = out.feed(chunk) or out_done
-                    cap = out
-                else:
-                    err_done = err.feed(chunk) or err_done
-                    cap = err
-                if killed_at is None and cap.total > kill_after:
-                    output_killed = True
-                    killed_at = time.monotonic()
-                    self.kill_command()
-            if open_fds == 0:
-                exited = True
-                self.broken = True
+                cap = out if stream == 1 else err
+                cap.feed(chunk)
+                if killed_at is None and kill and cap.total > kill_after:
+                    output_killed, killed_at = True, time.monotonic()
+                    self.transport.kill_command()
+            if not open_streams:
                 break
+        exited = not open_streams
+        answered = not exited and _answered(out, err, open_streams)
+        self.broken = not answered
         out_b, out_trunc = out.output()
         err_b, err_trunc = err.output()
         if killed_at is not None:  # drop bash's report of the kill (it repeats the whole command)
             m = _KILL_REPORT.search(err_b)
             if m:
                 err_b = err_b[: m.start()]
-        rc = _exit_code(out) if not exited else None
-        if timed_out or output_killed:
-            rc = None
         return RawResult(
             stdout=out_b,
             stderr=err_b,
-            exit_code=rc,
+            exit_code=None if timed_out or output_killed or not answered else _exit_code(out),
             timed_out=timed_out,
             truncated=out_trunc or err_trunc or output_killed,
             output_killed=output_killed,
-            shell_exited=exited or self.broken,
+            shell_exited=exited,
+            shell_lost=not answered,
             duration_s=time.monotonic() - t0,
         )
+
+
+class Pipes:
+    """A Transport over a bash's stdin, stdout and stderr pipe fds (bwrap's shell)."""
+
+    def __init__(self, stdin_fd: int, stdout_fd: int, stderr_fd: int,
+                 kill_command: Callable[[], None], shell_alive: Callable[[], bool]):
+        self.stdin_fd = stdin_fd
+        self.fds = {1: stdout_fd, 2: stderr_fd}
+        self._kill = kill_command  # a kill from the host: it always runs
+        self._alive = shell_alive
+        for fd in (stdin_fd, stdout_fd, stderr_fd):
+            os.set_blocking(fd, False)
+
+    def kill_command(self) -> bool:
+        self._kill()
+        return True
+
+    def shell_alive(self) -> bool:
+        return self._alive()
+
+    def exchange(self, pending: bytearray, wait: float, streams: set[int]) -> list[tuple[int, bytes]]:
+        poller = select.poll()
+        stream_of = {self.fds[s]: s for s in streams}
+        for fd in stream_of:
+            poller.register(fd, select.POLLIN)
+        if pending:
+            poller.register(self.stdin_fd, select.POLLOUT)
+        chunks = []
+        for fd, ev in poller.poll(wait * 1000):
+            if fd == self.stdin_fd:
+                if ev & (select.POLLERR | select.POLLHUP):
+                    pending.clear()  # the shell closed its input: nothing more goes in
+                    continue
+                try:
+                    del pending[: os.write(fd, pending[:_CHUNK])]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    pending.clear()
+                continue
+            try:
+                chunks.append((stream_of[fd], os.read(fd, _CHUNK)))
+            except BlockingIOError:
+                pass
+        return chunks
+
+
+def _answered(out: _Capture, err: _Capture, open_streams: set[int]) -> bool:
+    """Each stream showed its marker (or ended) and stdout's marker line is whole."""
+    return (out.end >= 0 or 1 not in open_streams) and (err.end >= 0 or 2 not in open_streams) and _has_rc(out)
 
 
 def _has_rc(cap: _Capture) -> bool:

@@ -25,12 +25,12 @@ import uuid
 from typing import Any, Callable
 
 from envs.sandbox import engine
+from envs.sandbox.container import remove_many
 from envs.sandbox.engine import client
 
 L_RUN, L_PID, L_START, L_HOST, L_DEADLINE = (
     "openclaw.run", "openclaw.pid", "openclaw.pid_start", "openclaw.host", "openclaw.deadline")
 DEFAULT_DEADLINE_S = 24 * 3600.0
-REMOVE_THREADS = 16
 
 _identity: tuple[int, str] | None = None  # (pid, run id): a forked child gets a run of its own
 _shutdown_hooks: list[Callable[[], None]] = []
@@ -78,36 +78,6 @@ def owner_gone(lab: dict[str, str], now: float) -> bool:
         return False  # another host's run: only its deadline tells
     pid = lab.get(L_PID, "")
     return not pid.isdigit() or _pid_start(int(pid)) != lab.get(L_START)
-
-
-def remove_many(ids: list[str], url: str | None = None, timeout_s: float = 120.0) -> int:
-    """Force-remove containers of engine `url` (None: the primary), several at a time; returns
-    how many went. Plain threads, not an executor: this also runs from atexit, after executors
-    refuse new work."""
-    from envs.sandbox.docker import API_ERRORS, remove_container
-
-    done: list[str] = []
-
-    def work(chunk: list[str]) -> None:
-        for cid in chunk:
-            try:
-                remove_container(cid, url)
-                done.append(cid)
-            except API_ERRORS:
-                pass  # still labelled: the next sweep removes it
-
-    k = min(REMOVE_THREADS, len(ids))
-    threads = [threading.Thread(target=work, args=(ids[i::k],), daemon=True) for i in range(k)]
-    try:
-        for t in threads:
-            t.start()
-    except RuntimeError:  # no new threads at this point of interpreter shutdown
-        work([c for c in ids if c not in done])
-    end = time.monotonic() + timeout_s
-    for t in threads:
-        if t.ident is not None:
-            t.join(max(0.0, end - time.monotonic()))
-    return len(done)
 
 
 def containers(run: str | None = None, url: str | None = None) -> list[dict[str, Any]]:

@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from envs.sandbox import pool as pools
 from envs.sandbox import sweeper
-from envs.sandbox.docker import DockerSandbox, create_container, remove_container
+from envs.sandbox.container import create_container, remove_container, remove_many
+from envs.sandbox.docker import DockerSandbox
 from envs.sandbox.engine import client, engine_available
 from envs.sandbox.images import ensure_image
 from envs.sandbox.protocol import Limits
@@ -129,7 +130,7 @@ def create_rate(image: str, n: int = 24, threads: int = 8) -> dict:
     with ThreadPoolExecutor(threads) as ex:
         ids = list(ex.map(lambda _: create_container(image, LIMITS, labels), range(n)))
     took = time.perf_counter() - t0
-    sweeper.remove_many(ids)
+    remove_many(ids)
     return {"create_per_s": round(n / took, 2), "create_threads": threads, "created": n}
 
 
