@@ -102,7 +102,7 @@ async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
 
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "uvicorn.access"):  # one line per request drowns the run's own
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "uvicorn.access"):  # one line per request drowns the run's own
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # no weight-loading bars (transformers reads this when first imported, which a run that
     # stops at a config error never does)

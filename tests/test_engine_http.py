@@ -17,6 +17,7 @@ from agent.policy.jsonhttp import ServerError
 from agent.policy.models import load_model, save_model, tiny_model
 from agent.policy.server import serve
 from agent.policy.sglang_client import SGLangClient
+from tests.test_sglang_policy import free_port
 
 TOL = 1e-4  # fp32 CPU, see tests/test_engine.py
 KEY = "engine-test-key"
@@ -185,8 +186,16 @@ def test_openai_chat_completions_and_models(server):
         async with ChatClient(url + "/v1", model="tiny", api_key=KEY) as chat:
             return await chat.complete([{"role": "user", "content": "hi"}], temperature=1.0, max_tokens=5, n=3)
 
+    async def refused(base: str, key: str | None) -> ServerError:
+        async with ChatClient(base, model="tiny", api_key=key, retries=0, timeout=10) as chat:
+            with pytest.raises(ServerError) as e:
+                await chat.complete([{"role": "user", "content": "hi"}], max_tokens=2)
+            return e.value
+
     texts = asyncio.run(go())
     assert len(texts) == 3 and all(isinstance(t, str) for t in texts)
+    assert asyncio.run(refused(url, "wrong-key")).status == 401  # the server's own status, not a traceback
+    assert asyncio.run(refused(f"http://127.0.0.1:{free_port()}", None)).status == 0  # nothing listens there
     raw = post(url, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
                                              "max_tokens": 4}).json()
     assert raw["object"] == "chat.completion" and raw["choices"][0]["message"]["role"] == "assistant"

@@ -1,11 +1,12 @@
-"""A small client for any OpenAI-compatible chat endpoint (LLM judges, LLM-backed users)."""
+"""The chat client of LLM judges and LLM-backed users: the official `openai` client against any
+OpenAI-compatible endpoint, behind the one call they make (`complete`)."""
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import openai
 
-from agent.policy.jsonhttp import ServerError, request_json
+from agent.policy.jsonhttp import ServerError
 
 
 class ChatClient:
@@ -14,25 +15,24 @@ class ChatClient:
         """`base_url` is the server root or its /v1 prefix (e.g. http://127.0.0.1:30000/v1)."""
         root = base_url.rstrip("/")
         self.model = model
-        self.retries = retries
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=root if root.endswith("/v1") else root + "/v1", headers=headers,
-                                       timeout=httpx.Timeout(timeout, connect=10.0))
+        # A local server has no key: the client insists on one, the server ignores an unknown one.
+        self._client = openai.AsyncOpenAI(base_url=root if root.endswith("/v1") else root + "/v1",
+                                          api_key=api_key or "none", timeout=timeout, max_retries=retries)
 
     async def complete(self, messages: list[dict[str, Any]], temperature: float = 0.6, max_tokens: int = 1024,
                        n: int = 1) -> list[str]:
         """`n` completions of the conversation; a missing content counts as ""."""
-        out = await request_json(self._http, "POST", "/chat/completions", {
-            "model": self.model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens, "n": n,
-        }, retries=self.retries)
         try:
-            choices = sorted(out["choices"], key=lambda c: c.get("index", 0))
-            return [c["message"].get("content") or "" for c in choices]
-        except (KeyError, TypeError, AttributeError) as e:
-            raise ServerError(200, f"malformed chat completion: {str(out)[:500]}") from e
+            out = await self._client.chat.completions.create(
+                model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens, n=n)
+        except openai.APIStatusError as e:
+            raise ServerError(e.status_code, str(e.message)[:500]) from e
+        except openai.OpenAIError as e:  # no connection, a timeout, a body that is not a completion
+            raise ServerError(0, f"{type(e).__name__}: {e}"[:500]) from e
+        return [c.message.content or "" for c in sorted(out.choices, key=lambda c: c.index)]
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._client.close()
 
     async def __aenter__(self) -> "ChatClient":
         return self
