@@ -46,6 +46,8 @@ class StepOutput:
 
     metrics: dict[str, Any]
     policy_version: int
+    turns: list[Turn]  # the step's turns as trained on: scored, with their advantage summaries (turns.jsonl)
+    score_wait_s: float = 0.0  # how long the step waited for scoring that had not finished during rollouts
 
 
 class RolloutSource(Protocol):
@@ -69,12 +71,9 @@ class Trainer(Protocol):
         """A turn whose next state exists: its scoring starts (generation never waits on it)."""
         ...
 
-    async def pending_scores(self) -> None:
-        """Wait until every turn handed to on_turn so far is scored."""
-        ...
-
     async def train(self, step: int, turns: list[Turn]) -> StepOutput:
-        """One update on the step's scored turns: its metrics and the new policy version."""
+        """One update on the step's turns, as the runner recorded them (unscored): the trainer
+        waits for their scores itself. Its metrics, the new policy version, the turns as scored."""
         ...
 
     async def after_step(self, step: int, last: bool) -> None:
@@ -195,10 +194,6 @@ async def run_loop(
             assert nxt is not None
             episodes, t_roll = await nxt
             nxt = None
-            t0 = time.monotonic()
-            if trainer is not None:
-                await trainer.pending_scores()  # the judge votes of this step's turns
-            t_score_wait = time.monotonic() - t0
             if trainer is not None and cfg.max_staleness >= 1 and step + 1 < cfg.steps:
                 nxt = asyncio.create_task(rollouts(step + 1))  # serve on while this step trains
             turns = [t for e in episodes for t in e.turns]
@@ -206,13 +201,14 @@ async def run_loop(
             row.update(rollout_metrics(episodes))
             row.update(member_metrics(episodes, list(cfg.mix)))
             t1 = time.monotonic()
+            t_score_wait = 0.0
             if trainer is not None:
                 out = await trainer.train(step, turns)
                 row.update(out.metrics)
-                policy_version = out.policy_version
+                policy_version, turns, t_score_wait = out.policy_version, out.turns, out.score_wait_s
             else:
                 row.setdefault("reward_mean", row["outcome_mean"])
-            t_train = time.monotonic() - t1
+            t_train = time.monotonic() - t1 - t_score_wait
             row.update(held_out)
             held_out = {}
             t2 = time.monotonic()

@@ -1,5 +1,5 @@
-"""The next-state scorer: fills `turn.prm` (evaluative signal, a PRMScore) and `turn.opd`
-(directive signal, an OPDSignal; both in agent/turn.py).
+"""The next-state scorer: a turn's scored copy carries `prm` (evaluative signal, a PRMScore) and
+`opd` (directive signal, an OPDSignal; both in agent/turn.py); the turn it was given is not changed.
 
 Which signals a mode needs is its entry in learner/modes.py.
 
@@ -13,6 +13,7 @@ the teacher scores the turn's own prompt ids, so for teacher = current the OPD a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, Iterable, Protocol
 
 from agent.policy.base import PolicyClient
@@ -49,18 +50,16 @@ class NextStateScorer:
         self.teacher_timeout_s = teacher_timeout_s
 
     async def score(self, turn: Turn) -> Turn:
-        """Fill turn.prm / turn.opd as the mode needs. Infra-failed turns are left unscored."""
+        """The turn with the signals the mode needs, as a new record (`turn` itself is left as it
+        was). An infra-failed turn comes back as it is, unscored."""
         if turn.status.is_infra:
             return turn
         prm, opd = await asyncio.gather(self._prm(turn), self._opd(turn))
-        if prm is not None:
-            turn.prm = prm
-        if opd is not None:
-            turn.opd = opd
-        return turn
+        signals = {k: v for k, v in (("prm", prm), ("opd", opd)) if v is not None}
+        return dataclasses.replace(turn, **signals)
 
     async def score_many(self, turns: Iterable[Turn], concurrency: int = 16) -> list[Turn]:
-        """Score turns with at most `concurrency` in flight."""
+        """Scored copies of `turns`, in order, with at most `concurrency` in flight."""
         sem = asyncio.Semaphore(concurrency)
 
         async def one(t: Turn) -> Turn:

@@ -2,7 +2,8 @@
 
 `Training` is the loop's `Trainer` (learner/loop.py): turns are scored the moment their next state
 exists (the loop hands the runner `on_turn`, which starts a task; generation never waits on a
-judge). After each step's update the learner's weights are written to
+judge), and `train` waits for the scores of its own turns (scored copies; the runner's records
+are never changed). After each step's update the learner's weights are written to
 run_dir/weights/vN and the serving engine loads them (`/update_weights_from_disk`) while it
 keeps serving; version N is what every later turn records. A checkpoint (weights, optimizer,
 step, version) is written after the step's metrics, so `resume=true` continues exactly; records
@@ -11,7 +12,10 @@ a killed run wrote past its checkpoint are cut on resume (RunLog.rewind).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +33,22 @@ from learner.samples import Sample
 from learner.scorer import NextStateScorer
 
 
-def note_advantages(turns: list[Turn], samples: list[Sample]) -> None:
-    """Record each turn's advantage summary in turn.meta["advantage"] (turns.jsonl, W&B table);
-    a turn that made no sample has none."""
+log = logging.getLogger(__name__)
+
+
+def with_advantages(turns: list[Turn], samples: list[Sample]) -> list[Turn]:
+    """The turns with their advantage summary in meta["advantage"] (turns.jsonl, W&B table, the
+    viewer); a turn that made no sample comes back as it was."""
     by_key = {(s.meta["episode_id"], s.meta["step_index"]): s for s in samples}
+    out = []
     for t in turns:
         s = by_key.get((t.episode_id, t.step_index))
         if s is not None and s.advantages:
-            t.meta["advantage"] = {"mean": float(np.mean(s.advantages)), "min": float(min(s.advantages)),
-                                   "max": float(max(s.advantages)), "masked": s.loss_mask.count(0) == len(s.loss_mask)}
+            summary = {"mean": float(np.mean(s.advantages)), "min": float(min(s.advantages)),
+                       "max": float(max(s.advantages)), "masked": s.loss_mask.count(0) == len(s.loss_mask)}
+            t = dataclasses.replace(t, meta={**t.meta, "advantage": summary})
+        out.append(t)
+    return out
 
 
 class Training:
@@ -57,27 +68,35 @@ class Training:
         self.runlog = runlog
         self.scorer = scorer
         self.learner = learner
-        self._pending: set[asyncio.Task] = set()
+        self._scoring: dict[int, asyncio.Task[Turn]] = {}  # id(turn) -> its scoring, until train takes it
         self.version = 0
 
     # ---- scoring, concurrent with rollouts ----------------------------------------------
     def on_turn(self, turn: Turn) -> None:
-        if self.scorer is None:
-            return
-        task = asyncio.create_task(self.scorer.score(turn))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        if self.scorer is not None:
+            self._scoring[id(turn)] = asyncio.create_task(self.scorer.score(turn))
 
-    async def pending_scores(self) -> None:
-        """Wait for the scoring of every turn handed over so far (scoring errors are the
-        scorer's to record; one never stops the run)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+    async def _scored(self, turns: list[Turn]) -> list[Turn]:
+        """The scored copies of `turns`, waiting for scoring still under way. A turn whose scoring
+        failed stays unscored (the scorer records judge and teacher errors itself; this is the
+        unforeseen rest): one turn never stops the run."""
+        out = []
+        for t in turns:
+            task = self._scoring.pop(id(t), None)
+            try:
+                out.append(t if task is None else await task)
+            except Exception as e:
+                log.warning("turn %s/%d left unscored: %s: %s", t.episode_id, t.step_index, type(e).__name__, e)
+                out.append(t)
+        return out
 
     # ---- one update --------------------------------------------------------------------
     async def train(self, step: int, turns: list[Turn]) -> StepOutput:
+        t0 = time.monotonic()
+        turns = await self._scored(turns)
+        score_wait = time.monotonic() - t0
         samples, stats = build_samples(turns, self.mode, **self.weights)
-        note_advantages(turns, samples)
+        turns = with_advantages(turns, samples)
         metrics: dict[str, Any] = {"reward_mean": self._reward_mean(turns, stats)}
         metrics.update({k: stats[k] for k in ("prm_score_mean", "opd_accept_rate")})
         metrics["samples"] = {k: stats[k] for k in ("samples", "samples_training", "samples_masked", "dropped",
@@ -86,11 +105,11 @@ class Training:
         metrics["signal"] = stats["signal"]
         if not any(s.trains for s in samples):
             metrics["train"] = {"skipped": 1.0}
-            return StepOutput(metrics, self.version)
+            return StepOutput(metrics, self.version, turns, score_wait)
         metrics["train"] = await asyncio.to_thread(self.learner.train_step, samples)
         await self._push_weights(self.version + 1)
         host_memory.trim()  # the step's freed activations and weight copies (agent/host_memory.py)
-        return StepOutput(metrics, self.version)
+        return StepOutput(metrics, self.version, turns, score_wait)
 
     def _reward_mean(self, turns: list[Turn], stats: dict[str, Any]) -> float | None:
         """The mean scalar reward the mode trains on, before any normalisation."""
@@ -134,5 +153,6 @@ class Training:
             return await run_loop(self.runner, loop_cfg, self.runlog, trainer=self, evaluator=self.evaluator,
                                   start_step=start, policy_version=self.version)
         finally:
-            for t in list(self._pending):
-                t.cancel()
+            for task in self._scoring.values():
+                task.cancel()
+            self._scoring.clear()

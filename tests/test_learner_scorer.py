@@ -47,8 +47,9 @@ def test_generic_rule(ns, status, expected):
 
 def test_rules_scorer_binary_fills_prm_only():
     scorer = NextStateScorer(RulesJudge(), None, None, n_votes=3, mode="binary")
-    turn = make_turn(next_state=NextState("tool", "err", "shell", {"exit_code": 1}))
-    asyncio.run(scorer.score(turn))
+    recorded = make_turn(next_state=NextState("tool", "err", "shell", {"exit_code": 1}))
+    turn = asyncio.run(scorer.score(recorded))
+    assert recorded.prm is None and recorded.opd is None  # the runner's record is never changed
     assert turn.prm.votes == [-1] and turn.prm.score == -1 and turn.prm.texts
     assert turn.opd is None
 
@@ -186,8 +187,7 @@ def test_rules_hint_conditions_the_teacher(engine_url):
     async def go():
         async with SGLangClient(server.url, api_key=server.api_key) as client:
             scorer = NextStateScorer(RulesJudge(), client, renderer, mode="combine")
-            turn = await rollout_turn(client, renderer, ns)
-            await scorer.score(turn)
+            turn = await scorer.score(await rollout_turn(client, renderer, ns))
             return turn, await scorer.teacher_logprobs(turn, "")
 
     turn, plain = asyncio.run(go())

@@ -27,6 +27,22 @@ def test_mode_raises_mean_reward_to_0_8(tmp_path, mode):
 
 
 @pytest.mark.slow
+def test_turn_records_carry_the_scores_and_advantages_they_were_trained_on(tmp_path):
+    """Scoring runs beside the rollouts (max_staleness=1 also overlaps the next step's): every
+    turn in turns.jsonl carries its judge votes and, where it made a sample, the advantage the
+    update used (binary: the PRM score itself)."""
+    p = run_cli(*COMMON[:-1], "learner.max_staleness=1", "mode=binary", "judge=rules", "steps=2",
+                f"run_dir={tmp_path}", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    turns = [json.loads(line) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
+    assert len(turns) == 2 * 2 * 8
+    for t in turns:
+        verdict = t["next_state"]["data"]["verdict"]
+        assert t["prm"]["votes"] == [verdict] and t["prm"]["score"] == verdict
+        assert t["meta"]["advantage"]["mean"] == verdict
+
+
+@pytest.mark.slow
 def test_opd_lowers_kl_to_the_hint_conditioned_teacher(tmp_path):
     """On a fixed batch of failed turns with hints, a few OPD updates bring the student closer
     to the frozen teacher under the hint-augmented prompt. The KL is the k2 estimate

@@ -26,7 +26,7 @@ from experiments.view.site import ViewError, build
 from experiments.view.tokens import colour, token_pieces
 from learner.advantages import build_samples
 from learner.runlog import RunLog
-from learner.training import note_advantages
+from learner.training import with_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
 TOK = byte_tokenizer()
@@ -83,8 +83,7 @@ def _write_run(run_dir: Path, mode: str, env: str) -> None:
                   prm={"votes": [-1], "score": -1, "texts": ["no"]})
     for step, turns in ((0, [first, second]), (1, [third])):
         samples, _ = build_samples(turns, mode)
-        note_advantages(turns, samples)
-        log.turns(turns)
+        log.turns(with_advantages(turns, samples))
         log.metrics({"step": step, "reward_mean": 0.1 * step, "outcome_mean": 1.0 - 2 * step, "policy_version": step + 1})
 
 
