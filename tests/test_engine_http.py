@@ -205,7 +205,7 @@ def test_openai_chat_completions_and_models(server):
 def test_weight_update_over_http_under_load(tmp_path):
     """Concurrent generations while /update_weights_from_disk runs: none fails, each result's
     version names the weights that sampled it."""
-    models = {0: load_model("tiny", dtype="float32", seed=0)[0], 7: load_model("tiny", seed=1)[0]}
+    models = {0: load_model("tiny", dtype="float32", seed=0)[0], 7: load_model("tiny", dtype="float32", seed=1)[0]}
     new_model, tok = load_model("tiny", dtype="float32", seed=1)
     save_model(new_model, tok, tmp_path / "ckpt")
     engine = Engine("tiny", dtype="float32", seed=0, max_batch=4)

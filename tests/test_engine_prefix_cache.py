@@ -13,7 +13,8 @@ from agent.policy.base import SamplingParams
 from agent.policy.engine import Engine, PrefixCache
 from agent.policy.models import load_model, save_model
 
-# fp32: reused KV was computed in other batch shapes (other padding, one token per decode step)
+# fp32, pinned: `dtype=auto` is bf16 on CPUs with bf16 units, where these comparisons mean nothing.
+# Reused KV was computed in other batch shapes (other padding, one token per decode step)
 # than a fresh prefill computes it, so sums reassociate. Measured max |diff| over these tests is
 # 4.8e-7 nats (one fp32 ulp near |lp| ~ 5); 1e-4 matches test_engine.py and is far below a real mismatch (> 0.1).
 TOL = 1e-4
@@ -22,7 +23,7 @@ SYSTEM = "You are a careful assistant. " * 14  # ~400 byte tokens, shared by eve
 
 @pytest.fixture(scope="module")
 def engines():
-    reuse, plain = Engine("tiny", seed=0, max_batch=16), Engine("tiny", seed=0, max_batch=16, prefix_cache_mb=0)
+    reuse, plain = Engine("tiny", dtype="float32", seed=0, max_batch=16), Engine("tiny", dtype="float32", seed=0, max_batch=16, prefix_cache_mb=0)
     yield reuse, plain
     reuse.close()
     plain.close()
@@ -114,9 +115,9 @@ def test_input_logprobs_never_come_from_reused_positions(engines):
 
 
 def test_weight_update_empties_the_cache(tmp_path):
-    new_model, tok = load_model("tiny", seed=1)
+    new_model, tok = load_model("tiny", dtype="float32", seed=1)
     save_model(new_model, tok, tmp_path / "v1")
-    eng = Engine("tiny", seed=0)
+    eng = Engine("tiny", dtype="float32", seed=0)
     prompt = tok(SYSTEM + "update")["input_ids"]
     sp = SamplingParams(max_new_tokens=10, temperature=0.0)
     try:
@@ -135,7 +136,7 @@ def test_weight_update_empties_the_cache(tmp_path):
 
 def test_budget_holds_under_many_concurrent_episodes():
     budget_mb = 0.5  # tiny's KV is 512 bytes a token: room for ~2 of 128 conversations
-    eng = Engine("tiny", seed=0, max_batch=32, prefix_cache_mb=budget_mb)
+    eng = Engine("tiny", dtype="float32", seed=0, max_batch=32, prefix_cache_mb=budget_mb)
     budget = int(budget_mb * 2**20)
     seen: list[int] = []
 
