@@ -84,10 +84,13 @@ class Training:
         for t in turns:
             task = self._scoring.pop(id(t), None)
             try:
-                out.append(t if task is None else await task)
+                scored = t if task is None else await task
             except Exception as e:
                 log.warning("turn %s/%d left unscored: %s: %s", t.episode_id, t.step_index, type(e).__name__, e)
-                out.append(t)
+                scored = t
+            # the signals onto the turn as it is now: scoring began before its episode ended and
+            # the runner filled in the outcome
+            out.append(dataclasses.replace(t, prm=scored.prm, opd=scored.opd))
         return out
 
     # ---- one update --------------------------------------------------------------------

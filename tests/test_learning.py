@@ -43,6 +43,20 @@ def test_turn_records_carry_the_scores_and_advantages_they_were_trained_on(tmp_p
 
 
 @pytest.mark.slow
+def test_multi_turn_records_keep_their_outcome_beside_scores_made_mid_episode(tmp_path):
+    """A turn is scored while its episode goes on; its record still carries the episode's
+    outcome (integrated trains on outcome and votes together)."""
+    p = run_cli("env=custom", "env.entry_point=tests.toy_envs:ChatterEnv", "env.max_turns=3", "model=tiny", "n_envs=4", "tasks_per_step=2",
+                "group_size=2", "sampling.max_new_tokens=2", "mode=integrated", "judge=rules", "steps=1",
+                f"run_dir={tmp_path}", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    turns = [json.loads(line) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
+    assert len(turns) == 4 * 3, "four episodes of three turns"
+    for t in turns:
+        assert t["outcome"] in (-1.0, 1.0) and t["prm"]["votes"] == [t["next_state"]["data"]["verdict"]]
+
+
+@pytest.mark.slow
 def test_opd_lowers_kl_to_the_hint_conditioned_teacher(tmp_path):
     """On a fixed batch of failed turns with hints, a few OPD updates bring the student closer
     to the frozen teacher under the hint-augmented prompt. The KL is the k2 estimate

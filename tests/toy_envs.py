@@ -69,7 +69,8 @@ class ExitEnv(CountdownEnv):
 
 class ChatterEnv(AgentEnv):
     """Always `max_turns` turns whatever the agent says; next states alternate user and tool
-    roles (multi-turn episodes for token tests). Outcome +1 if any reply contained a digit."""
+    roles (multi-turn episodes). Outcome +1 if any reply contained a digit; each turn's verdict
+    (for the rules judge) is whether that reply did."""
 
     def task_ids(self) -> list[str]:
         return ["chat"]
@@ -83,7 +84,9 @@ class ChatterEnv(AgentEnv):
     def _act(self, action: str) -> StepResult:
         self.seen_digit |= any(c.isdigit() for c in action)
         role = "tool" if self.turn % 2 == 0 else "user"
-        ns = NextState(role, f"turn {self.turn} heard {len(action)} characters", "tool_result" if role == "tool" else "user_reply")
+        verdict = 1 if any(c.isdigit() for c in action) else -1  # for the rules judge
+        ns = NextState(role, f"turn {self.turn} heard {len(action)} characters", "tool_result" if role == "tool" else "user_reply",
+                       {"verdict": verdict})
         last = self.turn + 1 >= self.max_turns
         return StepResult(ns, done=last, outcome=(1.0 if self.seen_digit else -1.0) if last else None)
 
