@@ -185,3 +185,16 @@ def test_prefix_cache_evicts_least_recently_used_and_skips_oversized():
     cache.put([7] * 400, kv(400))  # larger than the whole budget
     assert cache.match([7] * 401, 401) is None and cache.stats()["bytes_used"] <= cache.budget
     assert cache.match(a + [9], 10) is None  # a match must stay within the limit and be >= MIN_REUSE
+
+
+@pytest.mark.slow
+def test_the_multiturn_benchmark_reuses_each_episodes_history():
+    """`bench engine --case multiturn` drives two served engines (with and without reuse) through
+    the same seeded episodes: same conversations, and every later turn hits the cache."""
+    from experiments.bench.__main__ import run_one
+
+    got = run_one("engine", ["--case", "multiturn", "--model", "tiny", "--dtype", "float32", "--rounds", "1",
+                             "--turns", "3", "--concurrency", "2", "--max-new-tokens", "4"])
+    assert got["same_conversations"] is True
+    assert got["prefix_cache"]["hits"] >= 2 * 2  # turns 2 and 3 of both episodes, per round
+    assert got["prefix_cache"]["tokens_reused"] > got["prefix_cache"]["tokens_prefilled"]

@@ -93,16 +93,16 @@ def _multiturn(args: argparse.Namespace) -> dict:
     try:
         chat = ChatRenderer(reuse.tokenizer)
         prompts = _episode_prompts(chat, n, args.prompt_tokens)
-        eng = lambda url: asyncio.run(_engine_episodes(url, chat, prompts, turns, new))  # noqa: E731
+        eng = lambda h: asyncio.run(_engine_episodes(h.url, h.api_key, chat, prompts, turns, new))  # noqa: E731
         hf = lambda: _hf_episodes(reuse, chat, prompts, turns, new)  # noqa: E731
         for h in servers:  # warm-up: one-off allocation costs
-            asyncio.run(_engine_episodes(h.url, chat, prompts[:1], 1, 2))
+            asyncio.run(_engine_episodes(h.url, h.api_key, chat, prompts[:1], 1, 2))
         _hf_sample(reuse, prompts[:1], 2)
         rounds, same = [], True  # seconds per side, round by round; same: both engines sampled alike
         for _ in range(args.rounds):
             r: dict[str, float] = {}
             convs = {}
-            for key, run in (("reuse", lambda: eng(servers[0].url)), ("no_reuse", lambda: eng(servers[1].url)),
+            for key, run in (("reuse", lambda: eng(servers[0])), ("no_reuse", lambda: eng(servers[1])),
                              ("hf_generate", hf)):
                 t0 = time.perf_counter()
                 convs[key] = run()
@@ -150,7 +150,7 @@ def _tool_delta(chat: ChatRenderer, turn: int, reply: list[int]) -> list[int]:
     return chat.observation_delta({"role": "tool", "content": f"exit code 0; {turn + 1} files changed"}, reply)
 
 
-async def _engine_episodes(url: str, chat: ChatRenderer, prompts: list[list[int]], turns: int,
+async def _engine_episodes(url: str, key: str, chat: ChatRenderer, prompts: list[list[int]], turns: int,
                            new: int) -> list[list[int]]:
     async def episode(i: int, ids: list[int]) -> list[int]:
         for t in range(turns):
@@ -160,7 +160,7 @@ async def _engine_episodes(url: str, chat: ChatRenderer, prompts: list[list[int]
             ids = ids + out["output_ids"] + _tool_delta(chat, t, out["output_ids"])
         return ids
 
-    async with SGLangClient(url, timeout=600) as client:
+    async with SGLangClient(url, timeout=600, api_key=key) as client:
         return list(await asyncio.gather(*[episode(i, p) for i, p in enumerate(prompts)]))
 
 
