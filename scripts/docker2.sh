@@ -2,7 +2,7 @@
 # An extra Docker engine on this machine, beside the main one and not touching it: its own data
 # root, exec root, pid file and socket; no bridge and no iptables rules (the main engine owns
 # docker0 and the NAT rules, so its sandboxes have no network: Limits.network must stay off).
-# For trying `sandbox.hosts=[...]` on one machine and for tests/test_sandbox_hosts.py.
+# For trying `sandbox.hosts=[...]` on one machine and for tests/envs/sandbox/test_sandbox_hosts.py.
 #
 #   bash scripts/docker2.sh start|stop|status [NAME]     (as root; NAME defaults to docker2)
 #

@@ -5,17 +5,16 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli import REPO
 
 
 def start_ready(code: str, *args: str, within: float = 120.0, **popen: object) -> tuple[subprocess.Popen, list[str]]:
     """Run `python -c code args...` from the repo root; returns the process and the words after
     READY on the line that starts with it (earlier lines are skipped). A child that is not
     ready within `within` seconds is killed."""
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, **popen)
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, **popen)
     timer = threading.Timer(within, proc.kill)  # a child that never gets ready must not hang the test
     timer.start()
     try:

@@ -1,7 +1,7 @@
 """The new-env tutorial's example (docs/new_env.md): guess a secret number, the user says higher or lower.
 
 Everything an env needs is here: the tasks, the oracle, the next state with a verdict and a
-hint for the rules judge, and the registration line. tests/test_new_env_tutorial.py runs it.
+hint for the rules judge, and the registration line. tests/envs/test_new_env_tutorial.py runs it.
 """
 from __future__ import annotations
 

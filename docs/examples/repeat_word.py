@@ -1,6 +1,6 @@
 """A plain Gymnasium env that knows nothing of this project (docs/new_env.md, "Bring a plain
-Gymnasium env"): `env=custom` runs it through envs.gym_adapter. tests/test_new_env_tutorial.py
-and tests/test_custom_envs.py run it."""
+Gymnasium env"): `env=custom` runs it through envs.gym_adapter. tests/envs/test_new_env_tutorial.py
+and tests/envs/test_custom_envs.py run it."""
 from __future__ import annotations
 
 import gymnasium
