@@ -159,7 +159,9 @@ def _vine(turns: list[Turn], values: dict[str, float], emit, dropped: collection
             continue
         for t, a in zip(group, z):
             emit(t, lambda t=t, a=a: _broadcast(t, a, "vine"))
-    dropped["unbranched"] += sum(1 for t in turns if id(t) not in branched)
+    alone = sum(1 for t in turns if id(t) not in branched)
+    if alone:
+        dropped["unbranched"] += alone
 
 
 def _integrated(turns: list[Turn], coef: float, emit, dropped: collections.Counter) -> None:
