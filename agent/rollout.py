@@ -5,7 +5,9 @@ this beat Gymnasium's vector envs for agents, whose steps are of uneven length).
 in a thread pool sized to the env count, off the event loop. Every wait has a deadline: a step
 timeout and an episode timeout, and a turn that hits one says which fired. An env that raised
 or hung is closed and replaced; its episode ends with status infra_error or timeout and no
-outcome, so it never reads as reward 0.
+outcome, so it never reads as reward 0. With `rollout.branch` (agent/branching.py) a trunk
+episode forks its env and actor before chosen steps and runs continuations to the end beside it
+(docs/forks.md).
 """
 from __future__ import annotations
 
