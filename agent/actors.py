@@ -40,6 +40,11 @@ class Actor(Protocol):
 
     async def end(self) -> None: ...
 
+    def fork(self, env: AgentEnv, seed: int) -> Actor:
+        """An actor that continues this episode from where it is now, on `env` (a fork of the
+        episode's env), drawing its own samples from `seed` (rollout.branch)."""
+        ...
+
 
 class _NoEnd:
     async def end(self) -> None:
@@ -78,6 +83,12 @@ class ModelActor(_NoEnd):
         delta = self.renderer.observation_delta({"role": next_state.role, "content": next_state.content}, action.response_ids)
         self.ids = action.prompt_ids + action.response_ids + delta
 
+    def fork(self, env: AgentEnv, seed: int) -> ModelActor:
+        """The same token context (a branch's first prompt continues its trunk's ids exactly)."""
+        actor = ModelActor(self.client, self.renderer, dataclasses.replace(self.sampling, seed=seed), self.max_context)
+        actor.ids = list(self.ids)
+        return actor
+
 
 class OracleActor(_NoEnd):
     """Each task's known-good actions (no model): tests every env end to end."""
@@ -90,6 +101,11 @@ class OracleActor(_NoEnd):
 
     def observe(self, action: Action, next_state: NextState) -> None:
         pass
+
+    def fork(self, env: AgentEnv, seed: int) -> OracleActor:
+        actor = OracleActor()
+        actor.env = env
+        return actor
 
 
 class RandomActor(_NoEnd):
@@ -106,3 +122,8 @@ class RandomActor(_NoEnd):
 
     def observe(self, action: Action, next_state: NextState) -> None:
         pass
+
+    def fork(self, env: AgentEnv, seed: int) -> RandomActor:
+        actor = RandomActor(seed)
+        actor.env = env
+        return actor

@@ -77,6 +77,17 @@ class Turn:
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The episode tree (rollout.branch, docs/forks.md): the trunk episode's id, this path's
+    # branch ("" on the trunk; "b<step>.<j>": the j-th continuation forked before that step), and
+    # the key (`turn_key`) of the turn whose next state this one acts on (None at step 0).
+    tree_id: str = ""
+    branch_id: str = ""
+    parent_turn: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The turn's id in its run: "<episode_id>/<step_index>" (what `parent_turn` names)."""
+        return f"{self.episode_id}/{self.step_index}"
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -18,6 +18,7 @@ import gymnasium
 from omegaconf import DictConfig, OmegaConf
 
 from agent.actors import Actor, ModelActor, OracleActor, RandomActor
+from agent.branching import Branching
 from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
 from agent.rollout import EpisodeJob, Runner
@@ -73,6 +74,24 @@ def run_mode(cfg: DictConfig) -> Mode:
         return mode_of(str(cfg.mode.name))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def branching(cfg: DictConfig) -> Branching:
+    """`rollout.branch`, checked against the mode and the env's path to the policy."""
+    b = cfg.rollout.branch
+    try:
+        out = Branching(at=str(b.at), k=int(b.k), every=int(b.every))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    mode = run_mode(cfg)
+    if mode.name == "vine" and not out.on:
+        raise ConfigError("mode=vine values each turn by its continuations: set rollout.branch.at=every (or every_k, disagree)")
+    if out.needs_votes and not mode.prm:
+        raise ConfigError(f"rollout.branch.at=disagree needs the judge's PRM votes, which mode={mode.name} does not score; "
+                          "use mode=vine (or binary, combine, integrated) or at=every / every_k")
+    if out.on and cfg.env.get("via_proxy"):
+        raise ConfigError("rollout.branch cannot fork a conversation held by the live-user proxy: drop env.via_proxy=true")
+    return out
 
 
 def load_entry_point(entry_point: str) -> Any:
@@ -388,12 +407,15 @@ def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
                 episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
 
 
-def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack) -> RolloutSource:
+def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack,
+                 branch: bool = True) -> RolloutSource:
     """The rollout runner; with `env.via_proxy=true`, episodes talk to the policy through a
-    live-user proxy (started here, records in run_dir/proxy) and train on its records."""
+    live-user proxy (started here, records in run_dir/proxy) and train on its records.
+    `branch=False`: no episode trees whatever rollout.branch says (SFT's demonstrations)."""
     kw = _runner_kw(cfg)
+    tree = branching(cfg) if branch else Branching()  # checked before the proxy starts
     if not cfg.env.get("via_proxy"):
-        runner = Runner(make_env, policy.make_actor, **kw)
+        runner = Runner(make_env, policy.make_actor, **kw, branching=tree)
         stack.push_async_callback(asyncio.to_thread, runner.close)
         return runner
     if policy.client is None or not hasattr(policy.client, "url"):

@@ -20,9 +20,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from envs import progress
+from envs.base import ForkError
 from agent.policy.base import PolicyUnavailable
 from envs.sandbox.sweeper import sigterm_as_sigint
-from experiments.factories import (ConfigError, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
+from experiments.factories import (ConfigError, branching, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
                                    build_training, eval_settings, loop_config, run_mode)
 from experiments.view.pages import token_panel
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
@@ -83,7 +84,7 @@ async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
                 split = await asyncio.to_thread(env_split, cfg, make_env)
                 before = await warm_start(cfg, make_env, runlog, split)
             policy = build_policy(cfg, stack)
-        runner = build_runner(cfg, make_env, policy, stack)
+        runner = build_runner(cfg, make_env, policy, stack, branch=sft is None)
         if sft is not None:
             return await sft.run(runner)
         # rollouts draw from split.train only, whether or not this run evaluates (eval.every=0)
@@ -120,8 +121,9 @@ def main(cfg: DictConfig) -> None:
     setup_logging()
     progress.configure(bool(cfg.progress))  # every bar: model conversion, training steps, ...
     try:
-        loop_config(cfg)  # the counts and the mode checked before the run dir is written
+        loop_config(cfg)  # the counts, the mode and the branching checked before the run dir is written
         run_mode(cfg)
+        branching(cfg)
     except ConfigError as e:
         sys.exit(f"error: {e}")
     runlog = RunLog(cfg.run_dir)
@@ -132,6 +134,8 @@ def main(cfg: DictConfig) -> None:
         rows = asyncio.run(run_experiment(cfg, runlog))
     except (ConfigError, PolicyUnavailable, DemoError) as e:
         sys.exit(f"error: {e}")
+    except ForkError as e:
+        sys.exit(f"error: rollout.branch needs an env that can fork: {e}; set rollout.branch.at=none")
     except KeyboardInterrupt:
         sys.exit("interrupted: everything this run started was stopped")
     finally:

@@ -51,7 +51,7 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
                 before = {"phase": BEFORE, **await evaluator()}
         async with AsyncExitStack() as stack:
             sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
-            rows = await sft.run(build_runner(cfg, make_env, demos, stack), before)
+            rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)
         ws.close()
         log.info("warm start: %s; RL starts from it", sft_summary(rows))
     with open_dict(cfg):

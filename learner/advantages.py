@@ -16,6 +16,7 @@ from envs.base import Status
 from learner.diagnostics import signal_yield
 from learner.modes import RL_MODES, mode as mode_of, step_reward
 from learner.samples import Sample
+from learner.vine import sibling_groups, turn_values
 
 EPS = 1e-6
 
@@ -109,6 +110,8 @@ def build_samples(
             dropped["no_outcome"] += len(eligible) - len(with_outcome)
         if mode == "outcome":
             _outcome(with_outcome, emit, dropped)
+        elif mode == "vine":
+            _vine(with_outcome, turn_values(turns), emit, dropped)
         else:
             _integrated(with_outcome, prm_coef, emit, dropped)
     elif mode == "binary":
@@ -141,6 +144,24 @@ def _outcome(turns: list[Turn], emit, dropped: collections.Counter) -> None:
         for e, a in zip(eps, z):
             for t in e:
                 emit(t, lambda t=t, a=a: _broadcast(t, a, "outcome"))
+
+
+def _vine(turns: list[Turn], values: dict[str, float], emit, dropped: collections.Counter) -> None:
+    """Each branch point's turns z-scored by their Monte-Carlo values (learner/vine.py; every
+    turn here has an outcome, so a value); a turn at no branch point has no sibling to compare
+    with and drops out."""
+    branched = set()
+    for group in sibling_groups(turns):
+        branched.update(map(id, group))
+        z = zscores([values[t.key] for t in group])
+        if z is None:
+            dropped["constant_state"] += len(group)
+            continue
+        for t, a in zip(group, z):
+            emit(t, lambda t=t, a=a: _broadcast(t, a, "vine"))
+    alone = sum(1 for t in turns if id(t) not in branched)
+    if alone:
+        dropped["unbranched"] += alone
 
 
 def _integrated(turns: list[Turn], coef: float, emit, dropped: collections.Counter) -> None:

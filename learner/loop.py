@@ -67,8 +67,9 @@ class RolloutSource(Protocol):
 class Trainer(Protocol):
     """What the loop drives in a training mode (learner/training.py's Training)."""
 
-    def on_turn(self, turn: Turn) -> None:
-        """A turn whose next state exists: its scoring starts (generation never waits on it)."""
+    def on_turn(self, turn: Turn) -> Awaitable[Turn] | None:
+        """A turn whose next state exists: its scoring starts (generation never waits on it,
+        except rollout.branch.at=disagree, for the votes); returns the scoring (None: none)."""
         ...
 
     async def train(self, step: int, turns: list[Turn]) -> StepOutput:

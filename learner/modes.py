@@ -40,6 +40,12 @@ _ALL = (
                        "reached that step) has no peer to compare with, so it is z-scored against all step rewards of "
                        "its task group instead (the paper keeps the raw value, which puts those steps on another "
                        "scale); dropped if that pool is constant too.", prm=True, outcome=True),
+    Mode("vine", "Per-step Monte-Carlo values from episode trees (rollout.branch, learner/vine.py): a turn's value "
+                 "V = mean outcome of the paths through it (its own path and every continuation forked after it); at "
+                 "each branch point (the trunk's turn and the first turns of the continuations forked before it) "
+                 "A = (V - mean) / std over those siblings, broadcast over the turn's tokens; a branch point whose "
+                 "values are all equal drops out, and so does a turn at no branch point. PRM votes are scored for "
+                 "the judge audit (judge_audit/* in metrics) and rollout.branch.at=disagree.", prm=True, outcome=True),
     Mode("eval", "none: rollouts only, no scoring, no update.", trains=False, rl=False),
     Mode("sft", "none: supervised fine-tuning on demonstrations (learner/sft.py).", rl=False),
 )

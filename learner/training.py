@@ -31,6 +31,7 @@ from learner.protocol import Learner
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.scorer import NextStateScorer
+from learner.vine import judge_audit
 
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,13 @@ class Training:
         self.version = 0
 
     # ---- scoring, concurrent with rollouts ----------------------------------------------
-    def on_turn(self, turn: Turn) -> None:
-        if self.scorer is not None:
-            self._scoring[id(turn)] = asyncio.create_task(self.scorer.score(turn))
+    def on_turn(self, turn: Turn) -> asyncio.Task[Turn] | None:
+        """Start scoring `turn`; the task (its scored copy) is what rollout.branch.at=disagree
+        waits on for the turn's votes."""
+        if self.scorer is None:
+            return None
+        task = self._scoring[id(turn)] = asyncio.create_task(self.scorer.score(turn))
+        return task
 
     async def _scored(self, turns: list[Turn]) -> list[Turn]:
         """The scored copies of `turns`, waiting for scoring still under way. A turn whose scoring
@@ -106,6 +111,8 @@ class Training:
                                                     "dropped_by_reason", "infra_excluded", "infra_rate", "timeout_rate",
                                                     "advantage_mean", "advantage_abs_mean", "loss_tokens")}
         metrics["signal"] = stats["signal"]
+        if any(t.branch_id for t in turns):  # episode trees (rollout.branch): does the judge track what followed?
+            metrics["judge_audit"] = judge_audit(turns)
         if not any(s.trains for s in samples):
             metrics["train"] = {"skipped": 1.0}
             return StepOutput(metrics, self.version, turns, score_wait)
@@ -117,7 +124,7 @@ class Training:
     def _reward_mean(self, turns: list[Turn], stats: dict[str, Any]) -> float | None:
         """The mean scalar reward the mode trains on, before any normalisation."""
         ok = [t for t in turns if not t.status.is_infra]
-        if self.mode == "outcome":
+        if self.mode in ("outcome", "vine"):
             vals = [t.outcome for t in ok if t.outcome is not None]
         elif self.mode == "integrated":
             coef = self.weights["prm_coef"]
