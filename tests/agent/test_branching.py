@@ -14,7 +14,7 @@ from agent.policy.base import SamplingParams
 from agent.rollout import EpisodeJob, Runner
 from agent.turn import PRMScore, Turn
 from envs.base import ForkError, NextState
-from tests.test_tokens import served  # noqa: F401  (the tiny model behind its HTTP server)
+from tests.agent.test_tokens import served  # noqa: F401  (the tiny model behind its HTTP server)
 from tests.toy_envs import ChatterEnv, CountdownEnv
 
 

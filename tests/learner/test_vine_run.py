@@ -9,7 +9,7 @@ from agent.chat import ChatRenderer
 from agent.policy.models import load_tokenizer
 from agent.turn import Turn
 from tests.agent.test_branching import assert_token_invariant
-from tests.test_run_cli import run_cli
+from tests.cli import run_cli
 
 
 @pytest.mark.slow
