@@ -5,8 +5,8 @@ step that writes 100 MiB (96 files of 1 MiB and 1024 of 4 KiB, random bytes) int
 then `env.fork()` is timed `--forks` times (each fork closed before the next, Docker's warm pool
 refilled in between, as in a run where forks are taken ahead of demand). Side by side: the time
 to open a fresh sandbox (`fork_over_open`: a fork against starting the episode over). Extra
-disk and memory per fork: with `--hold` forks alive at once, the drop in the host's
-MemAvailable and in free space of the file system the sandboxes write to (Docker's data root;
+disk and memory per fork: with `--hold` forks alive at once, the growth of the host's used
+memory (as `free` counts it, plus tmpfs files) and the drop in free space of the file system the sandboxes write to (Docker's data root;
 bwrap's trees are tmpfs, i.e. memory), divided by `--hold`. Other jobs on the host blur these.
 Toolcall (after code wrote a file) and chat_sim (after three turns): fork latency, and for
 chat_sim the bytes a fork allocates (tracemalloc).
@@ -60,9 +60,12 @@ def _time_forks(env: AgentEnv, n: int, between: Callable[[], None]) -> list[floa
     return times
 
 
-def _mem_available() -> int:
+def _mem_used() -> int:
+    """Bytes of memory in use, as `free` counts them, plus tmpfs files (bwrap's trees; they are
+    in the page cache `free` leaves out, but cannot be dropped from it)."""
     with open("/proc/meminfo") as f:
-        return next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+        m = {line.split(":")[0]: int(line.split()[1]) << 10 for line in f}
+    return m["MemTotal"] - m["MemFree"] - m["Buffers"] - m["Cached"] - m["SReclaimable"] + m["Shmem"]
 
 
 def _free_bytes(path: str) -> int:
@@ -74,18 +77,18 @@ def _held_cost(env: AgentEnv, hold: int, disk_path: str, between: Callable[[], N
     """(extra MiB of memory, extra MiB of disk) per fork while `hold` forks are alive."""
     between()
     time.sleep(1.0)
-    mem0, disk0 = _mem_available(), _free_bytes(disk_path)
+    mem0, disk0 = _mem_used(), _free_bytes(disk_path)
     forks = []
     try:
         for _ in range(hold):
             between()
             forks.append(env.fork())
         time.sleep(1.0)  # let the engine's writes reach the file system's counters
-        mem1, disk1 = _mem_available(), _free_bytes(disk_path)
+        mem1, disk1 = _mem_used(), _free_bytes(disk_path)
     finally:
         for f in forks:
             f.close()
-    return round((mem0 - mem1) / hold / 2**20, 1), round((disk0 - disk1) / hold / 2**20, 1)
+    return round((mem1 - mem0) / hold / 2**20, 1), round((disk0 - disk1) / hold / 2**20, 1)
 
 
 def terminal(backend: str, n: int, hold: int) -> dict:
