@@ -573,6 +573,14 @@ def _start_spare(image: str | None, limits: Limits, workdir: str) -> None:
             _spares[(image, limits, workdir)] = _SPARE_MAKER.submit(BwrapSandbox, image, limits, workdir)
 
 
+def wait_spares(timeout_s: float) -> bool:
+    """Wait until every spare has started (a benchmark timing a fork that finds its spare
+    ready); False if one had not by the timeout."""
+    with _spares_lock:
+        starting = list(_spares.values())
+    return not concurrent.futures.wait(starting, timeout=timeout_s).not_done
+
+
 def _on_sigterm(signum: int, frame: Any, previous: Any = signal.SIG_DFL) -> None:
     close_all()
     if callable(previous):

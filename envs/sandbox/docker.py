@@ -336,8 +336,10 @@ class DockerSandbox:
             raise self._infra_error(f"cannot inspect the container: {e}") from e
         data = driver.get("Data") or {}
         upper, merged = data.get("UpperDir"), data.get("MergedDir")
-        if driver.get("Name") != "overlay2" or not upper or not merged or not os.path.isdir(upper):
+        if driver.get("Name") != "overlay2" or not upper or not merged:
             return None
+        if not (os.access(upper, os.R_OK | os.X_OK) and os.access(merged, os.W_OK | os.X_OK)):
+            return None  # another host's engine, or not ours to touch (not root)
         options = _mount_options(merged)
         return (upper, merged) if options is not None and treecopy.overlay_plain(options) else None
 

@@ -2,20 +2,24 @@
 
 Terminal: a TerminalEnv per sandbox backend (bwrap, and docker where an engine answers) runs one
 step that writes 100 MiB (96 files of 1 MiB and 1024 of 4 KiB, random bytes) into its work dir;
-then `env.fork()` is timed `--forks` times (each fork closed before the next, Docker's warm pool
-refilled in between, as in a run where forks are taken ahead of demand). Side by side: the time
-to open a fresh sandbox (`fork_over_open`: a fork against starting the episode over). Extra
-disk and memory per fork: with `--hold` forks alive at once, the growth of the host's used
-memory (as `free` counts it, plus tmpfs files) and the drop in free space of the file system the sandboxes write to (Docker's data root;
-bwrap's trees are tmpfs, i.e. memory), divided by `--hold`. Other jobs on the host blur these.
-Toolcall (after code wrote a file) and chat_sim (after three turns): fork latency, and for
+then `env.fork()` is timed `--forks` times, each fork closed before the next, and the sandbox a
+fork starts in made ready in between, as in a run where forks are taken ahead of demand (bwrap:
+the spare sandbox started after each fork; Docker: the warm pool refilled). Side by side: the time
+of `env.reset()` on the same task (`fork_over_reset`: a fork against starting the episode over,
+which also loses its turns). Extra
+disk and memory per fork: with `--hold` forks alive at once, the growth of the host's tmpfs
+files (Shmem: bwrap's trees live there) and the drop in free space of the file system Docker
+writes to (its data root; "/" for bwrap), divided by `--hold`. A fork's processes (a shell, the
+sandbox's holder: a few MiB) are not counted: the host-wide figures for them drown in other jobs.
+Toolcall (after code wrote a file; its sandbox is bwrap, its spare ready as above) and chat_sim (after three turns): fork latency, and for
 chat_sim the bytes a fork allocates (tracemalloc).
 
 Trunk sharing, from a run's turns.jsonl (`--turns`; default: a chat_sim eval run with the tiny
 model, made here): an episode's turns sampled r_1..r_T tokens. K independent episodes sample
 K * sum(r); a trunk forked into K branches at turn t samples sum(r_<t) once and the rest K times
 (each branch taken as long as the recorded continuation). saved = 1 - branched / independent,
-averaged over episodes, at t = the middle turn and at t = T (the last turn).
+averaged over episodes, at t = the middle turn (`_mid`) and at the last turn (`_last`: every turn
+but the last shared). Turns are counted from 0.
 Goal (issue 20): a terminal fork under 250 ms p50 (`goal_met`, on every backend measured).
 """
 from __future__ import annotations
@@ -60,12 +64,10 @@ def _time_forks(env: AgentEnv, n: int, between: Callable[[], None]) -> list[floa
     return times
 
 
-def _mem_used() -> int:
-    """Bytes of memory in use, as `free` counts them, plus tmpfs files (bwrap's trees; they are
-    in the page cache `free` leaves out, but cannot be dropped from it)."""
+def _shmem() -> int:
+    """Bytes in tmpfs files on the host (bwrap's writable trees live there)."""
     with open("/proc/meminfo") as f:
-        m = {line.split(":")[0]: int(line.split()[1]) << 10 for line in f}
-    return m["MemTotal"] - m["MemFree"] - m["Buffers"] - m["Cached"] - m["SReclaimable"] + m["Shmem"]
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("Shmem:"))
 
 
 def _free_bytes(path: str) -> int:
@@ -77,14 +79,14 @@ def _held_cost(env: AgentEnv, hold: int, disk_path: str, between: Callable[[], N
     """(extra MiB of memory, extra MiB of disk) per fork while `hold` forks are alive."""
     between()
     time.sleep(1.0)
-    mem0, disk0 = _mem_used(), _free_bytes(disk_path)
+    mem0, disk0 = _shmem(), _free_bytes(disk_path)
     forks = []
     try:
         for _ in range(hold):
             between()
             forks.append(env.fork())
         time.sleep(1.0)  # let the engine's writes reach the file system's counters
-        mem1, disk1 = _mem_used(), _free_bytes(disk_path)
+        mem1, disk1 = _shmem(), _free_bytes(disk_path)
     finally:
         for f in forks:
             f.close()
@@ -94,7 +96,9 @@ def _held_cost(env: AgentEnv, hold: int, disk_path: str, between: Callable[[], N
 def terminal(backend: str, n: int, hold: int) -> dict:
     from envs.terminal.env import TerminalEnv
 
-    between, disk_path = (lambda: None), "/"
+    from envs.sandbox import bwrap
+
+    between, disk_path = (lambda: bwrap.wait_spares(30.0)), "/"
     if backend == "docker":
         from envs.sandbox import pool as pools
         from envs.sandbox.engine import client
@@ -127,13 +131,14 @@ def terminal(backend: str, n: int, hold: int) -> dict:
 
 
 def toolcall(n: int) -> dict:
+    from envs.sandbox import bwrap
     from envs.toolcall.env import ToolCallEnv
 
     env = ToolCallEnv(code_timeout=10.0)
     try:
         env.reset(options={"task_id": env.task_ids()[0]})
         env.step(render_tool_call("python", {"code": "open('n.txt', 'w').write('x' * 100000)"}))
-        times = _time_forks(env, n, lambda: None)
+        times = _time_forks(env, n, lambda: bwrap.wait_spares(30.0))
     finally:
         env.close()
     return {"toolcall_fork_p50_ms": _ms(statistics.median(times)), "toolcall_fork_p99_ms": _ms(_percentile(times, 0.99))}

@@ -82,7 +82,12 @@ RUNNER = textwrap.dedent("""
     trunk.exec("echo x > f")
     fork = trunk.fork()
     fork.exec("sleep 300 &")
-    print("READY", fork.uid if backend == "bwrap" else fork.id, run_id(), flush=True)
+    if backend == "bwrap":  # every bwrap sandbox alive: the trunk, the fork and the spare started after it
+        from envs.sandbox import bwrap
+        bwrap.wait_spares(30)
+        print("READY", ",".join(str(sb.uid) for sb in list(bwrap._live)), run_id(), flush=True)
+    else:
+        print("READY", fork.id, run_id(), flush=True)
     time.sleep(600)
 """)
 
@@ -96,9 +101,11 @@ def test_sigkill_cleanup_covers_forks(backend):
     if backend == "bwrap":  # the holder dies with the thread that started it: its processes go too
         from envs.sandbox.bwrap import _processes
 
-        while [p for p in _processes() if p.uid == int(fork_id)] and time.monotonic() < deadline:
+        uids = {int(u) for u in fork_id.split(",")}
+        assert len(uids) == 3  # the trunk, its fork and the next fork's spare
+        while [p for p in _processes() if p.uid in uids] and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [p for p in _processes() if p.uid == int(fork_id)]
+        assert not [p for p in _processes() if p.uid in uids]
         return
     from envs.sandbox import sweeper
     from envs.sandbox.engine import client
