@@ -66,6 +66,7 @@ class _Copier:
         self.uids = uids
         self.upper = upper
         self.links: dict[tuple[int, int], str] = {}  # (dev, ino) of a source file -> its first copy's path
+        self.same_fs = True  # copy_file_range works between the two trees (until it says otherwise)
 
     def dir(self, sfd: int, dfd: int, rel: str) -> None:
         pending = []
@@ -131,12 +132,31 @@ class _Copier:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             out = _replacing(dfd, name, lambda: os.open(name, flags, 0o600, dir_fd=dfd))
             try:
-                _copy_data(src, out, st.st_size)
+                self.data(src, out, st.st_size)
                 self.attrs(out, None, st)
             finally:
                 os.close(out)
         finally:
             os.close(src)
+
+    def data(self, src: int, out: int, size: int) -> None:
+        """Copy `size` bytes in the kernel: copy_file_range (a reflink where the file system can)
+        until it fails across these two file systems once, then sendfile."""
+        done = 0
+        while done < size:
+            if self.same_fs:
+                try:
+                    n = os.copy_file_range(src, out, min(_CHUNK, size - done))
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
+                        raise
+                    self.same_fs = False
+                    continue
+            else:
+                n = os.sendfile(out, src, done, min(_CHUNK, size - done))
+            if n == 0:
+                return  # the file shrank while we copied
+            done += n
 
     def attrs(self, dfd: int, name: str | None, st: os.stat_result) -> None:
         """Owner, then mode (a chown clears set-id bits), then times: of the open fd `dfd`, or of
@@ -152,26 +172,6 @@ class _Copier:
         if not stat.S_ISLNK(st.st_mode):  # a symlink's mode cannot be set (and means nothing)
             os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dfd)
         os.utime(name, ns=times, dir_fd=dfd, follow_symlinks=False)
-
-
-def _copy_data(src: int, out: int, size: int) -> None:
-    """Copy `size` bytes in the kernel: copy_file_range (a reflink where the file system can),
-    sendfile where the two file systems differ."""
-    done, same_fs = 0, True
-    while done < size:
-        if same_fs:
-            try:
-                n = os.copy_file_range(src, out, min(_CHUNK, size - done))
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                same_fs = False
-                continue
-        else:
-            n = os.sendfile(out, src, done, min(_CHUNK, size - done))
-        if n == 0:
-            return  # the file shrank while we copied
-        done += n
 
 
 def _replacing(dfd: int, name: str, create: Callable[[], T]) -> T:
