@@ -8,7 +8,7 @@ import pytest
 from envs.base import ForkError
 from envs.gui.env import GuiEnv
 from envs.gui.procs import browser_pids
-from tests.test_env_fork import _same_then_apart
+from tests.envs.test_env_fork import _same_then_apart
 
 pytestmark = pytest.mark.browser
 
