@@ -43,7 +43,15 @@ class GuiEnv(AgentEnv):
     """A GUI env. `tasks`: MiniWoB task names, "oracle" (those with scripted solvers) or None
     (all); `backend="miniwob"` (default) or `"osworld"` (see envs/gui/osworld.py);
     `pool` shares browsers between envs (the env makes its own when None and closes it on
-    close()); `screenshot_dir` saves each screenshot as PNG and puts its path in the data."""
+    close()); `screenshot_dir` saves each screenshot as PNG and puts its path in the data.
+
+    `fork()` (MiniWoB only) replays the episode: the same task from the same seed in a page of
+    its own, then every command that reached the page, and checks that the page came back as
+    the original sees it (its listing, fields and end state; a page whose actions are not
+    deterministic raises ForkError). A pool passed in is shared with the fork; an env's own pool
+    is not (the fork starts one, closed with it)."""
+
+    fork_shared = ("pool",)
 
     def __init__(
         self,
@@ -84,6 +92,8 @@ class GuiEnv(AgentEnv):
         self.screenshot_dir = Path(screenshot_dir) if screenshot_dir else None
         self.screen: Screen | None = None
         self.episode_id = ""
+        self._seed = 0  # the page's seed this episode
+        self._performed: list[Command] = []  # the commands that reached the page: what a fork replays
 
     # ---- AgentEnv hooks ------------------------------------------------------------------
     def task_ids(self) -> list[str]:
@@ -103,6 +113,7 @@ class GuiEnv(AgentEnv):
     def _start(self, task: Task) -> NextState:
         seed = int(self.np_random.integers(2**31 - 1))
         self.episode_id = f"{task.task_id}-{seed}-{next(_episodes)}"
+        self._seed, self._performed = seed, []
         try:
             self.screen = self.backend.start(task.task_id, seed)
         except BrowserError:  # a browser that died between episodes: one retry on a fresh one
@@ -120,13 +131,8 @@ class GuiEnv(AgentEnv):
             return self._invalid(problem, cmd if isinstance(cmd, Command) else None)
         target = before.find(cmd.args[0]) if cmd.name in ("click", "type") else None
         try:
-            if cmd.name == "done":
-                outcome = self.backend.finish()
-                after = self.backend.observe()
-            else:
-                self.backend.perform(cmd, before)
-                after = self.backend.observe()
-                outcome = after.raw_reward if after.done else None
+            after, outcome = self._perform(self.backend, cmd, before)
+            self._performed.append(cmd)
         except BrowserError as e:
             self.backend.release(broken=True)
             ns = NextState(role=self._role(cmd), content=f"The browser failed: {e}", kind="screen",
@@ -173,9 +179,42 @@ class GuiEnv(AgentEnv):
         weights = np.array([6, 4, 4, 3, 2, 1, 1, 1, 1, 0.3])
         return choices[int(rng.choice(len(choices), p=weights / weights.sum()))]
 
-    def fork(self) -> AgentEnv:
-        """Not built yet: a page's state lives in a browser a deep copy cannot take."""
-        raise ForkError("the GUI env cannot fork yet (its page lives in a browser)")
+    @staticmethod
+    def _perform(backend: Any, cmd: Command, before: Screen) -> tuple[Screen, float | None]:
+        """Carry a checked command out on `backend`'s page: the page after it, and the outcome if
+        the episode ended."""
+        if cmd.name == "done":
+            outcome = backend.finish()
+            return backend.observe(), outcome
+        backend.perform(cmd, before)
+        after = backend.observe()
+        return after, after.raw_reward if after.done else None
+
+    def _fork_resources(self) -> dict[int, Any]:
+        """A backend of the fork's own whose page is this episode's page again: the task started
+        from the same seed, then the same commands (see the class docstring)."""
+        from envs.gui.miniwob_backend import MiniwobBackend
+
+        if not isinstance(self.backend, MiniwobBackend):
+            raise ForkError("the GUI env forks MiniWoB pages only (an OSWorld desktop cannot be replayed here)")
+        if self.screen is None:
+            raise ForkError("the GUI env forks mid-episode only: call reset() first")
+        pool = BrowserPool(max_idle=1) if self._own_pool else None
+        backend = MiniwobBackend(self.pool if pool is None else pool, self.backend.episode_ms / 1000)
+        try:
+            screen = backend.start(self.task.task_id, self._seed)
+            for cmd in self._performed:
+                screen, _ = self._perform(backend, cmd, screen)
+            if (screen.text(), screen.fields, screen.done, screen.raw_reward) != (
+                    self.screen.text(), self.screen.fields, self.screen.done, self.screen.raw_reward):
+                raise ForkError(f"GUI task {self.task.task_id} is not deterministic: replaying its "
+                                f"{len(self._performed)} commands from seed {self._seed} gave another page")
+        except BaseException:
+            backend.release()
+            if pool is not None:
+                pool.close()
+            raise
+        return {id(self.backend): backend, **({id(self.pool): pool} if pool is not None else {})}
 
     def _finish(self) -> None:
         """The browser stays leased to this env for its next episode (that is the reuse)."""

@@ -24,8 +24,13 @@ from envs.gui.screen import Element, Screen
 
 HTML_DIR = Path(miniwob.__file__).parent / "html" / "miniwob"
 _READY = "return typeof core !== 'undefined' && !!document.getElementById('sync-task-cover');"
+# Element ids: an element keeps the id it got earlier in the episode, and the page hands out
+# new ones from a counter reset at each start; a page reused across episodes would also keep ids
+# from the last one. They are dropped at each start, so an episode's ids depend only on its
+# seed and actions, in any page: what a fork's replay in a page of its own relies on.
 _START = (
-    "core.endEpisode(0); Math.seedrandom(arguments[0]); core.setDataMode('train');"
+    "core.endEpisode(0); document.querySelectorAll('[data-wob_ref]').forEach(function (e) { delete e.dataset.wob_ref; });"
+    " Math.seedrandom(arguments[0]); core.setDataMode('train');"
     "core.EPISODE_MAX_TIME = arguments[1]; core.startEpisodeReal(); return WOB_TASK_READY;"
 )
 _STATE = (
@@ -188,3 +193,7 @@ class MiniwobBackend:
         if self.browser is not None:
             self.pool.release(self.browser, broken=broken)
             self.browser = None
+
+    def close(self) -> None:
+        """Give the browser back: all a backend holds (a fork's, dropped if its env's copy failed)."""
+        self.release()

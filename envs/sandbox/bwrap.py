@@ -43,7 +43,7 @@ import time
 import weakref
 from typing import Any, Callable, NamedTuple
 
-from envs.sandbox import cgroups, seccomp, verifier
+from envs.sandbox import cgroups, seccomp, treecopy, verifier
 from envs.sandbox.protocol import ExecResult, Limits, SandboxError
 from envs.sandbox.shell import STATE_COMMAND, Pipes, RawResult, ShellSession, bash_quote, exec_result, restore_command
 
@@ -438,20 +438,22 @@ class BwrapSandbox:
         return ["/tmp", self.workdir] + ([verifier.TESTS_DIR, verifier.LOGS_DIR] if self.image is None else [])
 
     def fork(self) -> BwrapSandbox:
-        """A new sandbox with a copy of this one's writable trees (owned by the fork's own uid)
-        and its shell's cwd and exported variables. Copied from the host through each holder's
-        root (cp -a: symlinks stay links, never followed), while this sandbox's lock is held."""
+        """A new sandbox (a spare started ahead, see `_spare`) with a copy of this one's writable
+        trees, owned by the fork's own uid, and its shell's cwd and exported variables. Copied
+        from the host through each holder's root (envs/sandbox/treecopy.py: symlinks stay links,
+        never followed), while this sandbox's lock is held."""
         with self._lock:
             raw, _ = self._run(STATE_COMMAND, START_TIMEOUT_S, 1 << 22)
             if raw.exit_code != 0 or raw.truncated:
                 raise SandboxError(f"cannot read the shell's state to fork: {raw.stderr.decode(errors='replace').strip()}")
-            child = BwrapSandbox(self.image, self.limits, self.workdir)
+            child = _spare(self.image, self.limits, self.workdir)
             try:
                 src, dst = f"/proc/{self._holder_pid}/root", f"/proc/{child._holder_pid}/root"
                 for d in self._writable():
-                    _host(["cp", "-a", "--", f"{src}{d}/.", f"{dst}{d}/"], f"copy {d}")
-                    _host(["chown", "-R", "-h", f"--from={self.uid}:{self.uid}", f"{child.uid}:{child.uid}", "--", dst + d],
-                          f"chown {d}")
+                    treecopy.copy_tree(src + d, dst + d, {self.uid: child.uid})
+            except OSError as e:
+                child.close()
+                raise SandboxError(f"fork: copying the sandbox's files failed: {e}") from e
             except BaseException:
                 child.close()
                 raise
@@ -459,6 +461,7 @@ class BwrapSandbox:
         if r.exit_code != 0:
             child.close()
             raise SandboxError(f"the fork's shell did not take the state: {r.stderr.strip()}")
+        _start_spare(self.image, self.limits, self.workdir)  # after the copy, not competing with it
         return child
 
     def is_alive(self) -> bool:
@@ -484,16 +487,6 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _host(argv: list[str], what: str) -> None:
-    """Run a host tool for the backend (a fork's copy); its failure is the sandbox's."""
-    try:
-        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        raise SandboxError(f"fork: {what} took over 120 s") from None
-    if r.returncode != 0:
-        raise SandboxError(f"fork: {what} failed: {r.stderr.decode(errors='replace').strip()[:500]}")
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -548,6 +541,44 @@ _hooks_installed = False
 def close_all() -> None:
     for sb in list(_live):
         sb.close()
+
+
+# ---- spares: a fork takes a sandbox started ahead (starting one is most of a fork's time) ----
+_spares: dict[tuple, concurrent.futures.Future] = {}
+_spares_lock = threading.Lock()
+_SPARE_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bwrap-spare")
+
+
+def _spare(image: str | None, limits: Limits, workdir: str) -> BwrapSandbox:
+    """A fresh sandbox of this kind: the spare started after the last fork of its kind (waited
+    for if it is still starting) if it is alive, else a new one."""
+    with _spares_lock:
+        ready = _spares.pop((image, limits, workdir), None)
+    if ready is not None:
+        try:
+            sb = ready.result(timeout=2 * START_TIMEOUT_S)
+            if sb.is_alive():
+                return sb
+            sb.close()
+        except (SandboxError, concurrent.futures.TimeoutError):
+            pass  # a spare that failed to start: a new one below says why, if it fails too
+    return BwrapSandbox(image, limits, workdir)
+
+
+def _start_spare(image: str | None, limits: Limits, workdir: str) -> None:
+    """Start the next fork's sandbox in the background. Spares are sandboxes like any other (in
+    `_live`, their holders dying with this process), so the exit cleanup closes an unused one."""
+    with _spares_lock:
+        if (image, limits, workdir) not in _spares:
+            _spares[(image, limits, workdir)] = _SPARE_MAKER.submit(BwrapSandbox, image, limits, workdir)
+
+
+def wait_spares(timeout_s: float) -> bool:
+    """Wait until every spare has started (a benchmark timing a fork that finds its spare
+    ready); False if one had not by the timeout."""
+    with _spares_lock:
+        starting = list(_spares.values())
+    return not concurrent.futures.wait(starting, timeout=timeout_s).not_done
 
 
 def _on_sigterm(signum: int, frame: Any, previous: Any = signal.SIG_DFL) -> None:

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 import docker
 
-from envs.sandbox import diskwatch, seccomp, verifier
+from envs.sandbox import diskwatch, seccomp, treecopy, verifier
 from envs.sandbox.container import API_ERRORS, remove_container
 from envs.sandbox.engine import client, primary
 from envs.sandbox.engine import name as engine_name
@@ -292,11 +292,14 @@ class DockerSandbox:
 
     # ---- fork --------------------------------------------------------------------------------
     def fork(self) -> DockerSandbox:
-        """A fresh container of this one's pool given this one's file changes (what `docker diff`
-        lists: deletions replayed by the sandbox user, added trees and changed files copied
-        engine-side with their owners) and its shell's cwd and exported variables. A changed mode
-        or owner of a folder the image already had is not carried. The fork is the pool's like any
-        sandbox: closed, swept and labelled the same way."""
+        """A fresh container of this one's pool given this one's file changes, and its shell's
+        cwd and exported variables. Where the engine runs on this host with an overlay2 root
+        (`_host_layers`), the changes are read from this container's upper dir and written into
+        the fork's root on the host (envs/sandbox/treecopy.py: whiteouts are deletions, owners
+        and modes kept, symlinks never followed). Elsewhere, from what `docker diff` lists:
+        deletions replayed by the sandbox user, added trees and changed files copied engine-side
+        with their owners; a changed mode or owner of a folder the image already had is then not
+        carried. The fork is the pool's like any sandbox: closed, swept and labelled the same way."""
         if self._sibling is None:
             raise SandboxError("this Docker sandbox was not opened from a pool (open_sandbox): it cannot fork")
         with self._lock:
@@ -304,13 +307,17 @@ class DockerSandbox:
             raw = self._run_raw(STATE_COMMAND, 10.0, 1 << 22, kill=False)
             if raw.exit_code != 0 or raw.truncated:
                 raise SandboxError(f"cannot read the shell's state to fork: {raw.stderr.decode(errors='replace').strip()}")
-            try:
-                diff = self._api.diff(self.id) or []
-            except API_ERRORS as e:
-                raise self._infra_error(f"docker diff failed: {e}") from e
+            mine = self._host_layers()
             child = self._sibling()
             try:
-                child._take_changes(self, diff)
+                theirs = child._host_layers() if mine else None
+                if mine and theirs:
+                    treecopy.copy_tree(mine[0], theirs[1], upper=True)
+                else:
+                    child._take_changes(self)
+            except OSError as e:
+                child.close()
+                raise self._infra_error(f"fork: copying the container's changes on the host failed: {e}") from e
             except BaseException:
                 child.close()
                 raise
@@ -320,8 +327,28 @@ class DockerSandbox:
             raise SandboxError(f"the fork's shell did not take the state: {r.stderr.strip()}")
         return child
 
-    def _take_changes(self, src: DockerSandbox, diff: list[dict[str, Any]]) -> None:
+    def _host_layers(self) -> tuple[str, str] | None:
+        """(upper dir, merged dir) of this container's overlay2 root when its engine runs on this
+        host and the overlay keeps every change whole in the upper dir; else None."""
+        try:
+            driver = self._api.inspect_container(self.id)["GraphDriver"]
+        except API_ERRORS as e:
+            raise self._infra_error(f"cannot inspect the container: {e}") from e
+        data = driver.get("Data") or {}
+        upper, merged = data.get("UpperDir"), data.get("MergedDir")
+        if driver.get("Name") != "overlay2" or not upper or not merged:
+            return None
+        if not (os.access(upper, os.R_OK | os.X_OK) and os.access(merged, os.W_OK | os.X_OK)):
+            return None  # another host's engine, or not ours to touch (not root)
+        options = _mount_options(merged)
+        return (upper, merged) if options is not None and treecopy.overlay_plain(options) else None
+
+    def _take_changes(self, src: DockerSandbox) -> None:
         """Make this container's files what `src`'s are, from `src`'s diff against the image."""
+        try:
+            diff = src._api.diff(src.id) or []
+        except API_ERRORS as e:
+            raise src._infra_error(f"docker diff failed: {e}") from e
         gone = sorted(d["Path"] for d in diff if d["Kind"] == 2)
         if gone:
             try:
@@ -553,6 +580,16 @@ class DockerSandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _mount_options(path: str) -> str | None:
+    """The file system options of the mount at `path` in this process's mount table, or None."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == path and " - " in line:
+                return line.rsplit(" - ", 1)[1].split()[2]
+    return None
 
 
 class _ExecStream:

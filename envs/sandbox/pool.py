@@ -286,6 +286,20 @@ def get_pool(image: str, limits: Limits, pool_size: int = 4, user: str | None = 
         return pool
 
 
+def wait_warm(timeout_s: float) -> bool:
+    """Wait until every pool of this process has a ready sandbox (a benchmark timing a warm
+    acquire); False if one had none by the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with _pools_lock:
+            pools = list(_pools.values())
+        if all(p.stats()["ready"] > 0 for p in pools if not p._closed):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
 def shutdown_all() -> None:
     with _pools_lock:
         pools = list(_pools.values())

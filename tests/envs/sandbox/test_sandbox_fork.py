@@ -82,7 +82,12 @@ RUNNER = textwrap.dedent("""
     trunk.exec("echo x > f")
     fork = trunk.fork()
     fork.exec("sleep 300 &")
-    print("READY", fork.uid if backend == "bwrap" else fork.id, run_id(), flush=True)
+    if backend == "bwrap":  # every bwrap sandbox alive: the trunk, the fork and the spare started after it
+        from envs.sandbox import bwrap
+        bwrap.wait_spares(30)
+        print("READY", ",".join(str(sb.uid) for sb in list(bwrap._live)), run_id(), flush=True)
+    else:
+        print("READY", fork.id, run_id(), flush=True)
     time.sleep(600)
 """)
 
@@ -96,9 +101,11 @@ def test_sigkill_cleanup_covers_forks(backend):
     if backend == "bwrap":  # the holder dies with the thread that started it: its processes go too
         from envs.sandbox.bwrap import _processes
 
-        while [p for p in _processes() if p.uid == int(fork_id)] and time.monotonic() < deadline:
+        uids = {int(u) for u in fork_id.split(",")}
+        assert len(uids) == 3  # the trunk, its fork and the next fork's spare
+        while [p for p in _processes() if p.uid in uids] and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [p for p in _processes() if p.uid == int(fork_id)]
+        assert not [p for p in _processes() if p.uid in uids]
         return
     from envs.sandbox import sweeper
     from envs.sandbox.engine import client
@@ -109,3 +116,36 @@ def test_sigkill_cleanup_covers_forks(backend):
         sweeper.sweep()
         time.sleep(0.5)
     assert not client().api.containers(all=True, filters={"id": fork_id})
+
+
+# What only a root agent can do to the image's own files: delete one (a whiteout in the upper
+# dir), replace a folder (an opaque one), change a folder's mode; plus a hard link, a fifo, and a
+# symlink to / (copied as a link: following it would copy the host's root).
+ROOT_SETUP = ("rm /etc/debian_version && rm -rf /usr/share/doc && mkdir /usr/share/doc && echo new > /usr/share/doc/only && "
+              "chmod 700 /opt && echo x > /root/h && ln /root/h /root/h2 && mkfifo /root/p && ln -s / /root/up && "
+              "mkdir -p /srv/t && echo deep > /srv/t/f && cd /srv/t && export OC_R=1")
+ROOT_PROBE = ("ls /etc/debian_version 2>&1; ls /usr/share/doc; stat -c '%a' /opt; [ /root/h -ef /root/h2 ] && echo linked; "
+              "stat -c %F /root/p; readlink /root/up; ls /root/up/ | head -3; stat -c '%U %s' /srv/t/f; pwd; echo $OC_R")
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+@pytest.mark.parametrize("on_host", [True, False], ids=["host-copy", "engine-copy"])
+def test_docker_fork_carries_root_changes_to_the_image(on_host, monkeypatch):
+    from envs.sandbox.docker import DockerSandbox
+
+    if not on_host:  # the path for an engine on another host: docker diff and the archive API
+        monkeypatch.setattr(DockerSandbox, "_host_layers", lambda self: None)
+    with open_sandbox("docker", None, SMALL, pool_size=2, user="root") as trunk:
+        assert (trunk._host_layers() is not None) == on_host  # this machine's engine is local
+        assert trunk.exec(ROOT_SETUP).ok
+        with trunk.fork() as fork:
+            a, b = trunk.exec(ROOT_PROBE), fork.exec(ROOT_PROBE)
+            assert "No such file" in a.stdout and "\nonly\n" in a.stdout and "linked\nfifo\n/\n" in a.stdout
+            assert "root 5\n/srv/t\n1\n" in a.stdout
+            if on_host:
+                assert b.stdout == a.stdout
+            else:  # the archive path carries neither a folder's mode nor a hard link
+                assert b.stdout == a.stdout.replace("\n700\n", "\n755\n").replace("linked\n", "")
+            fork.exec("echo fork > /srv/t/f; rm /usr/share/doc/only")
+            assert trunk.exec("cat /srv/t/f; ls /usr/share/doc").stdout == "deep\nonly\n"
