@@ -55,11 +55,14 @@ FIGURES: list[Figure] = [
     ("personalization", "personalization (held out, per task)", ("personalization/scores",)),
     ("heldout_pass1", "pass@1 (held out)", ("heldout/pass@1",)),
     ("heldout_outcome", "outcome per held-out task (mean)", ("heldout/outcomes",)),
+    ("judge_audit", "judge audit: Pearson r, PRM score vs Monte-Carlo value", ("judge_audit", "pearson")),
     ("throughput", "throughput (response tokens/s)", ("throughput", "tokens_per_s")),
     ("step_time", "time per step (s)", ("timings", "step_s")),
 ]
 # Figures where the table shows final and best; the others show the mean over steps.
 PROGRESS = ("reward", "outcome", "prm_score", "opd_accept", "personalization", "heldout_pass1", "heldout_outcome")
+# The viewer's curves: progress, and whether the judge still tracks what followed its turns (rollout.branch).
+VIEWED = (*PROGRESS, "judge_audit")
 # Config keys that differ between runs without making them different experiments.
 BOOKKEEPING = ("seed", "run_dir", "name", "resume", "progress", "wandb")
 CI: dict[str, Callable[[Sequence[float]], Estimate]] = {"t": t_mean, "bootstrap": bootstrap_mean}

@@ -2,7 +2,7 @@
 experiments.compare that some run has, one line per run."""
 from __future__ import annotations
 
-from experiments.compare import FIGURES, PROGRESS, Run
+from experiments.compare import FIGURES, VIEWED, Run
 from experiments.view.pages import esc
 
 #: one colour per run, in order (runs beyond these reuse them)
@@ -39,10 +39,10 @@ def _plot(title: str, series: list[tuple[int, list[tuple[int, float]]]]) -> str:
 
 
 def curves_html(runs: list[Run]) -> str:
-    """The progress figures of every run, one plot each; figures no run has are left out."""
+    """The viewed figures of every run, one plot each; figures no run has are left out."""
     plots = []
     for key, title, path in FIGURES:
-        if key not in PROGRESS:
+        if key not in VIEWED:
             continue
         series = [(k, run.series(path)) for k, run in enumerate(runs)]
         series = [(k, pts) for k, pts in series if pts]

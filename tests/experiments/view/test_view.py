@@ -84,7 +84,8 @@ def _write_run(run_dir: Path, mode: str, env: str) -> None:
     for step, turns in ((0, [first, second]), (1, [third])):
         samples, _ = build_samples(turns, mode)
         log.turns(with_advantages(turns, samples))
-        log.metrics({"step": step, "reward_mean": 0.1 * step, "outcome_mean": 1.0 - 2 * step, "policy_version": step + 1})
+        log.metrics({"step": step, "reward_mean": 0.1 * step, "outcome_mean": 1.0 - 2 * step, "policy_version": step + 1,
+                     "judge_audit": {"pearson": 0.8 - step, "turns": 6, "undefined": None}})
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +120,11 @@ def test_pages_hold_the_runs_records(site):
     rows = json.loads(data[data.index("{"):data.rindex("}") + 1])["rows"]
     assert [(r[0], r[3], r[4], r[5]) for r in rows] == [(0, "fix-imports", 0, 1.0), (0, "count-lines", 1, -1.0),
                                                           (1, "fix-imports", 0, 1.0), (1, "count-lines", 1, -1.0)]
+
+
+def test_the_index_plots_the_judge_audit_beside_the_progress_curves(site):
+    index = (site / "site/index.html").read_text()
+    assert "judge audit: Pearson r" in index and "r0 step 1: -0.2" in index and "r1 step 0: 0.8" in index
 
 
 def test_the_benchmarks_synthetic_run_builds(tmp_path):
