@@ -175,7 +175,7 @@ class TorchLearner:
         del saved
         state = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
+        torch.set_rng_state(state["rng"].cpu())  # map_location moved it to the learner's device with the moments
         self.step = int(info["learner_step"])
         return {"step": int(info["step"]), "policy_version": int(info["policy_version"])}
 

@@ -31,7 +31,7 @@ def assert_grads_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tenso
     assert not missing, f"gradients missing: {sorted(missing)[:3]}"
     for name, b in want.items():
         atol = GRAD_ATOL_SCALE * float(b.abs().max()) + 1e-12
-        torch.testing.assert_close(got[name], b, rtol=GRAD_RTOL, atol=atol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got[name].cpu(), b.cpu(), rtol=GRAD_RTOL, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
 def adam_move(g: torch.Tensor, lr: float, eps: float, betas: tuple[float, float], step: int,
@@ -51,7 +51,9 @@ def assert_adam_step_matches(weights_a: dict[str, torch.Tensor], weights_b: dict
                              moments: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> None:
     """After one AdamW step from the same weights and moments, a - b equals the gap the two
     gradients imply, to a few float32 units in the last place of the weights."""
-    for name, wb in weights_b.items():
+    weights_a, weights_b, grads_a, grads_b = ({k: v.cpu() for k, v in d.items()} for d in (weights_a, weights_b, grads_a, grads_b))
+    moments = None if moments is None else {k: (m.cpu(), v.cpu()) for k, (m, v) in moments.items()}
+    for name, wb in weights_b.items():  # compared on the CPU: a learner on a GPU hands over its tensors where they are
         prior = moments[name] if moments is not None else None
         gap = (adam_move(grads_a[name], lr, eps, betas, step, prior)
                - adam_move(grads_b[name], lr, eps, betas, step, prior))

@@ -33,7 +33,7 @@ def with_current_logprobs(learner: TorchLearner, samples: list[Sample]) -> list[
 
 def full_forward_logprobs(model, s: Sample) -> list[float]:
     with torch.no_grad():
-        logits = model(torch.tensor([s.prompt_ids + s.response_ids])).logits[0].float()
+        logits = model(torch.tensor([s.prompt_ids + s.response_ids], device=model.device)).logits[0].float()
     lp = torch.log_softmax(logits, -1)
     p = len(s.prompt_ids)
     return [lp[p + j - 1, t].item() for j, t in enumerate(s.response_ids) if s.loss_mask[j]]
