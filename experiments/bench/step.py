@@ -2,6 +2,7 @@
 under the old settings (float32 engine and learner, no KV reuse, rollout log-probs as PPO's old,
 no TIS) against today's defaults, in one run, each as its own `experiments.run` process.
 
+Both jobs skip the held-out evaluation (`eval.n_tasks=0`): the figure is the step and the model loads.
 Printed: each job's wall time (model loads included), its step's rollout and train seconds, the
 ratios old / new (goal >= 2x), and the new job's sampler/learner mismatch figures.
 Extra arguments are passed to both jobs (e.g. `model=tiny` for a quick check).
@@ -18,7 +19,8 @@ from typing import Any
 
 OLD = ["model.dtype=float32", "learner.bf16=false", "policy.prefix_cache_mb=0", "learner.old_logprobs=rollout",
        "learner.tis_cap=null"]
-COMMON = ["steps=1", "wandb.mode=disabled", "progress=false"]
+# eval.n_tasks=0: the held-out evaluations before and after (32 greedy episodes) would dwarf the step
+COMMON = ["steps=1", "eval.n_tasks=0", "wandb.mode=disabled", "progress=false"]
 
 
 def run_job(overrides: list[str], run_dir: Path, timeout_s: float) -> dict[str, Any]:
