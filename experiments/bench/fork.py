@@ -38,15 +38,11 @@ from typing import Callable
 
 from envs.base import AgentEnv
 from envs.tool_calls import render_tool_call
+from experiments.bench.sandbox import percentile
 
 GOAL_S = 0.25
 WRITE_100MIB = ("mkdir -p big small && for i in $(seq 96); do head -c 1048576 /dev/urandom > big/f$i; done && "
                 "head -c 4194304 /dev/urandom | split -b 4096 -a 4 - small/s && du -s --block-size=1M big small")
-
-
-def _percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def _ms(x: float) -> float:
@@ -123,7 +119,7 @@ def terminal(backend: str, n: int, hold: int) -> dict:
         env.close()
     p50 = statistics.median(times)
     return {
-        f"terminal_{backend}_fork_p50_ms": _ms(p50), f"terminal_{backend}_fork_p99_ms": _ms(_percentile(times, 0.99)),
+        f"terminal_{backend}_fork_p50_ms": _ms(p50), f"terminal_{backend}_fork_p99_ms": _ms(percentile(times, 0.99)),
         f"terminal_{backend}_reset_p50_ms": _ms(statistics.median(opens)),
         f"terminal_{backend}_fork_over_reset": round(p50 / statistics.median(opens), 2),
         f"terminal_{backend}_memory_mib_per_fork": mem, f"terminal_{backend}_disk_mib_per_fork": disk,
@@ -141,7 +137,7 @@ def toolcall(n: int) -> dict:
         times = _time_forks(env, n, lambda: bwrap.wait_spares(30.0))
     finally:
         env.close()
-    return {"toolcall_fork_p50_ms": _ms(statistics.median(times)), "toolcall_fork_p99_ms": _ms(_percentile(times, 0.99))}
+    return {"toolcall_fork_p50_ms": _ms(statistics.median(times)), "toolcall_fork_p99_ms": _ms(percentile(times, 0.99))}
 
 
 def chat_sim(n: int) -> dict:
@@ -159,7 +155,7 @@ def chat_sim(n: int) -> dict:
     tracemalloc.stop()
     fork.close()
     env.close()
-    return {"chat_sim_fork_p50_ms": _ms(statistics.median(times)), "chat_sim_fork_p99_ms": _ms(_percentile(times, 0.99)),
+    return {"chat_sim_fork_p50_ms": _ms(statistics.median(times)), "chat_sim_fork_p99_ms": _ms(percentile(times, 0.99)),
             "chat_sim_fork_kib": round(size / 1024, 1)}
 
 

@@ -102,7 +102,8 @@ def _rate(fn, args_list: list[tuple], seconds: float) -> tuple[float, float]:
         return n / seconds, 1e6 * (_cpu_s() - cpu0) / max(n, 1)
 
 
-def _percentile(xs: list[float], q: float) -> float:
+def percentile(xs: list[float], q: float) -> float:
+    """The q-quantile of `xs` (0 <= q <= 1): the sample nearest it, no interpolation."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
@@ -120,7 +121,7 @@ def acquire_latency(image: str, n: int = 40, size: int = 8) -> dict:
         times.append(time.perf_counter() - t0)
         sb.close()
     return {"acquire_p50_ms": round(1000 * statistics.median(times), 3),
-            "acquire_p99_ms": round(1000 * _percentile(times, 0.99), 3), "acquires": n}
+            "acquire_p99_ms": round(1000 * percentile(times, 0.99), 3), "acquires": n}
 
 
 def create_rate(image: str, n: int = 24, threads: int = 8) -> dict:
