@@ -79,7 +79,7 @@ class Turn:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The episode tree (rollout.branch, docs/forks.md): the trunk episode's id, this path's
     # branch ("" on the trunk; "b<step>.<j>": the j-th continuation forked before that step), and
-    # the key (`turn_key`) of the turn whose next state this one acts on (None at step 0).
+    # the key (`Turn.key`) of the turn whose next state this one acts on (None at step 0).
     tree_id: str = ""
     branch_id: str = ""
     parent_turn: str | None = None
