@@ -94,10 +94,12 @@ class ChatterEnv(AgentEnv):
 class FirstCharEnv(AgentEnv):
     """One turn: +1 when the reply starts with a lowercase ASCII letter, else -1. A random
     byte-level model hits it about one time in ten, so a learner has something to find.
-    The next state carries the verdict (and a hint) for the rules judge."""
+    The next state carries the verdict (and a hint) for the rules judge. `delay_s`: how long each
+    turn takes, so a tiny-model run lasts long enough for a test to act between its steps."""
 
-    def __init__(self, max_turns: int = 1) -> None:
+    def __init__(self, max_turns: int = 1, delay_s: float = 0.0) -> None:
         super().__init__(max_turns=max_turns)
+        self.delay_s = delay_s
 
     def task_ids(self) -> list[str]:
         return ["say"]
@@ -106,6 +108,7 @@ class FirstCharEnv(AgentEnv):
         return Task(task_id, "Say a word.", oracle=["hello"])
 
     def _act(self, action: str) -> StepResult:
+        time.sleep(self.delay_s)
         ok = action[:1].isascii() and action[:1].islower()
         ns = NextState("user", "Nice." if ok else "Start with a lowercase letter.", "user_reply",
                        {"verdict": 1 if ok else -1, "hint": "" if ok else "Begin the reply with a lowercase letter such as 'a'."})

@@ -276,7 +276,7 @@ def serve_app(app: Any, host: str = "127.0.0.1", port: int = 0, startup_timeout_
     return ServerHandle(server, thread, f"http://{host}:{sock.getsockname()[1]}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2", help="tiny, smollm2 or a local HF folder")
     ap.add_argument("--dtype", default="auto")
@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--weights-dir", action="append", default=[],
                     help="a folder /update_weights_from_disk may load from (repeat for more; none: no updates)")
     ap.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = arg_parser()
     args = ap.parse_args(argv)
     if not args.api_key:
         ap.error("--api-key (or $OPENCLAW_POLICY_API_KEY) is required")

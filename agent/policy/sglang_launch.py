@@ -55,7 +55,8 @@ def hf_folder(name_or_path: str) -> Path:
 def launch_command(model_dir: Path, host: str, port: int, extra_args: list[str],
                    template: list[str] | None = None, api_key: str | None = None, run_dir: str = "") -> list[str]:
     """`template` (default: sglang.launch_server) with {python} {model_path} {host} {port} {run_dir}
-    filled, then `--api-key KEY` when given, then extra_args."""
+    filled, then `--api-key=KEY` when given (one word: a random key may begin with '-', which
+    argparse would take for a flag), then extra_args."""
     fields = {"python": sys.executable, "model_path": str(model_dir), "host": host, "port": str(port),
               "run_dir": run_dir}
     try:
@@ -63,7 +64,7 @@ def launch_command(model_dir: Path, host: str, port: int, extra_args: list[str],
     except (KeyError, IndexError, ValueError) as e:
         raise ValueError(f"policy.command {template}: unknown placeholder {e}; use {{python}} {{model_path}} "
                          "{host} {port} {run_dir}") from None
-    return cmd + (["--api-key", api_key] if api_key else []) + [str(a) for a in extra_args]
+    return cmd + ([f"--api-key={api_key}"] if api_key else []) + [str(a) for a in extra_args]
 
 
 def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
@@ -124,7 +125,7 @@ class LaunchedServer:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env=server_env())
-        shown = ["<key>" if i and self.command[i - 1] == "--api-key" else c for i, c in enumerate(self.command)]
+        shown = ["--api-key=<key>" if c.startswith("--api-key=") else c for c in self.command]
         log.info("policy server pid %d at %s: %s (output: %s)", self.proc.pid, self.url, " ".join(shown), self.log_path)
         try:
             wait_healthy(self.url, self.launch_timeout_s, self.proc)

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from agent.policy.base import PolicyUnavailable, SamplingParams
 from agent.policy.engine import Engine
 from agent.policy.models import save_model, tiny_model
-from agent.policy.server import serve
+from agent.policy.server import arg_parser as server_args, serve
 from agent.policy.sglang_client import SGLangClient
 from agent.policy.sglang_launch import connect_or_launch, hf_folder, launch_command, server_env
 from tests.cli import REPO, run_cli
@@ -64,7 +64,11 @@ def test_launch_command_and_model_folder(tmp_path, monkeypatch):
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
     assert cmd[cmd.index("--model-path") + 1] == str(folder) and cmd[-2:] == ["--tp", "2"]
     keyed = launch_command(folder, "127.0.0.1", 30000, ["--tp", "2"], api_key="k")
-    assert keyed[-4:] == ["--api-key", "k", "--tp", "2"]  # SGLang's own flag: every request must carry the key
+    assert keyed[-3:] == ["--api-key=k", "--tp", "2"]  # SGLang's own flag: every request must carry the key
+    # a random key may begin with '-' (token_urlsafe): the launched server must still read it as the key
+    ours = launch_command(folder, "127.0.0.1", 30000, [], template=["{python}", "-m", "agent.policy.server"],
+                          api_key="-Xk")
+    assert server_args().parse_args(ours[3:]).api_key == "-Xk"
     with pytest.raises(FileNotFoundError):
         hf_folder(str(Path(tmp_path) / "nowhere"))
 
@@ -201,8 +205,10 @@ def stop_run(p: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_a_training_run_survives_its_launched_server_dying(tmp_path):
-    p, lines = start_run(*RUN, command_override(), f"policy.port={free_port()}", "policy.launch_timeout_s=180",
-                         "steps=4", f"run_dir={tmp_path}")
+    # slow turns (+env.delay_s): a tiny-model step takes under 0.1 s, so steps 2 and 3 could end
+    # between two polls of wait_rows and the kill then hit a server the run no longer needed
+    p, lines = start_run(*RUN, "+env.delay_s=0.5", command_override(), f"policy.port={free_port()}",
+                         "policy.launch_timeout_s=180", "steps=4", f"run_dir={tmp_path}")
     try:
         wait_rows(tmp_path / "metrics.jsonl", 2, p, lines)
         pid = int(re.search(r"policy server pid (\d+)", "".join(lines)).group(1))
@@ -211,7 +217,7 @@ def test_a_training_run_survives_its_launched_server_dying(tmp_path):
     finally:
         stop_run(p)
     out = "".join(lines)
-    assert "is down (exit code -9): restart 1 of 3" in out and "is back" in out
+    assert "is down (exit code -9): restart 1 of 3" in out and "is back" in out, out
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert rows[1]["policy_version"] > 0, "step 1 trained nothing: the run cannot show which weights came back"
