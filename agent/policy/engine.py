@@ -34,7 +34,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
+from agent.policy.attention import PACKED_SDPA
 from agent.policy.base import GenerateResult, SamplingParams
+from agent.policy.kv_cache import RoomyCache
 from agent.policy.models import load_model
 
 log = logging.getLogger(__name__)
@@ -176,6 +178,8 @@ class Engine:
                  max_batch: int = 32, seed: int = 0, idle_wait_s: float = 1.0,
                  prefix_cache_mb: float = 1024) -> None:
         model, tokenizer = load_model(model_name_or_path, dtype=dtype, seed=seed, device=device)
+        if model.config._attn_implementation == "sdpa":
+            model.set_attn_implementation(PACKED_SDPA)
         self.model = model
         self.tokenizer = tokenizer
         self.model_path = model_name_or_path
@@ -446,7 +450,7 @@ class Engine:
     def _past_cache(self, seqs: list[_Seq], reused: list[int], width: int) -> DynamicCache:
         """A cache holding each row's first `reused[i]` prompt tokens' KV (from its match),
         left-padded to `width` columns."""
-        cache = DynamicCache(config=self.model.config)
+        cache = RoomyCache(self.model.config)
         if width == 0:
             return cache
         ref = next(s.past for s, n in zip(seqs, reused) if n)
