@@ -1,9 +1,12 @@
 """What both learners (learner/torch_learner.py, learner/megatron_learner.py) do with samples
 around their forward passes: which samples train, how they are packed into padded
-micro-batches, and how a step's figures are summed up from its micro-batches."""
+micro-batches (the turns of an episode share one row: a multi-turn episode's context is
+forwarded once, not once per turn), and how a step's figures are summed up from its
+micro-batches."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -18,35 +21,66 @@ def trainable(samples: list[Sample]) -> list[Sample]:
     return [s for s in samples if s.trains]
 
 
-def micro_batches(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
-    """Pack samples (longest first) so that each batch's padded size (count x longest) stays
-    within `max_tokens`; a sample longer than the budget gets a batch of its own."""
+def chains(samples: list[Sample]) -> list[list[Sample]]:
+    """Samples grouped so that one forward pass serves a group: within one episode a turn's tokens
+    (prompt + response) begin with the previous turn's, so the longest sample holds the others
+    and, attention being causal, gives each the logits a forward of its own would. A group is
+    ordered shortest first, the groups by their first sample in `samples` (so samples that share
+    nothing keep their order); a sample without an episode id stands alone."""
     out: list[list[Sample]] = []
-    cur: list[Sample] = []
-    for s in sorted(samples, key=lambda s: s.n_tokens, reverse=True):
-        if cur and (len(cur) + 1) * cur[0].n_tokens > max_tokens:
-            out.append(cur)
-            cur = []
-        cur.append(s)
-    if cur:
-        out.append(cur)
-    return out
+    by_episode: dict[Any, list[list[Sample]]] = {}
+    for s in sorted(samples, key=lambda s: s.n_tokens):
+        key = s.meta.get("episode_id")
+        ids = s.prompt_ids + s.response_ids
+        chain = next((c for c in by_episode.get(key, ()) if _extends(ids, c[-1])), None)
+        if chain is None:
+            chain = []
+            out.append(chain)
+            if key is not None:
+                by_episode.setdefault(key, []).append(chain)
+        chain.append(s)
+    first = {id(s): i for i, s in enumerate(samples)}
+    return sorted(out, key=lambda c: min(first[id(s)] for s in c))
+
+
+def _extends(ids: list[int], shorter: Sample) -> bool:
+    n = len(shorter.prompt_ids)
+    return ids[:n] == shorter.prompt_ids and ids[n:shorter.n_tokens] == shorter.response_ids
+
+
+def micro_batches(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
+    """Pack the samples' chains (longest first) so that each batch's padded size (rows x longest
+    row, a chain taking one row) stays within `max_tokens`; a chain longer than the budget gets a
+    batch of its own."""
+    out: list[list[list[Sample]]] = []
+    for chain in sorted(chains(samples), key=lambda c: c[-1].n_tokens, reverse=True):
+        if not out or (len(out[-1]) + 1) * out[-1][0][-1].n_tokens > max_tokens:
+            out.append([])
+        out[-1].append(chain)
+    return [[s for chain in batch for s in chain] for batch in out]
 
 
 class Batch:
-    """A padded micro-batch plus the flat positions of its loss tokens."""
+    """A padded micro-batch, one row per chain of samples, plus the flat positions of the samples'
+    loss tokens (in the order of `samples`) and the index of the sample each belongs to."""
 
     def __init__(self, samples: list[Sample], device: torch.device, pad_id: int) -> None:
-        lengths = [s.n_tokens for s in samples]
+        groups = chains(samples)
+        lengths = [c[-1].n_tokens for c in groups]
         width = max(lengths)
-        ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-        rows, cols, rollout, adv = [], [], [], []
-        for b, s in enumerate(samples):
-            ids[b, : lengths[b]] = torch.tensor(s.prompt_ids + s.response_ids)
+        ids = torch.full((len(groups), width), pad_id, dtype=torch.long)
+        row_of = {}
+        for r, chain in enumerate(groups):
+            ids[r, : lengths[r]] = torch.tensor(chain[-1].prompt_ids + chain[-1].response_ids)
+            row_of.update((id(s), r) for s in chain)
+        rows, cols, index, current, rollout, adv = [], [], [], [], [], []
+        for i, s in enumerate(samples):
             keep = torch.tensor(s.loss_mask, dtype=torch.bool)
             j = keep.nonzero().squeeze(-1)
-            rows.append(torch.full_like(j, b))
+            rows.append(torch.full_like(j, row_of[id(s)]))
             cols.append(j + len(s.prompt_ids) - 1)  # the hidden state that predicts response token j
+            index.append(torch.full_like(j, i))
+            current.append(torch.full(j.shape, s.meta.get("versions_behind", 0) == 0))
             rollout.append(torch.tensor(s.rollout_logprobs, dtype=torch.float32)[keep])
             adv.append(torch.tensor(s.advantages, dtype=torch.float32)[keep])
         self.ids = ids.to(device)
@@ -55,20 +89,30 @@ class Batch:
         if min(lengths) < width:
             self.attn = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long().to(device)
         self.rows, self.cols = torch.cat(rows).to(device), torch.cat(cols).to(device)
+        self.sample_index = torch.cat(index).to(device)
+        self.current = torch.cat(current).to(device)  # sampled by the weights being trained (meta versions_behind 0)
         self.targets = self.ids[self.rows, self.cols + 1]
         self.rollout_logprobs, self.adv = torch.cat(rollout).to(device), torch.cat(adv).to(device)
-        self.n_tokens = sum(lengths)
+        self.n_tokens = sum(lengths)  # tokens forwarded: a chain's shorter samples cost nothing more
 
 
 def step_metrics(stats: list[dict[str, float]], loss: float, grad_norm: float, tokens: int, n_samples: int,
                  t0: float) -> dict[str, float]:
-    """A train step's figures from its micro-batches' loss stats: means weighted by loss tokens,
-    the largest of `*_max` figures."""
+    """A train step's figures from its micro-batches' loss stats: means weighted by loss tokens
+    (`*_current` ones by current-version tokens, left out when there were none), the largest of
+    `*_max` figures, `current_tokens` summed."""
     elapsed = time.perf_counter() - t0
     loss_tokens = sum(st["tokens"] for st in stats)
+    current = sum(st.get("current_tokens", 0.0) for st in stats)
+
+    def weight(st: dict[str, float], k: str) -> float:
+        return st["current_tokens"] if k.endswith("_current") else st["tokens"]
+
     metrics = {k: (max(st[k] for st in stats) if k.endswith("_max") else
-                   sum(st[k] * st["tokens"] for st in stats) / max(loss_tokens, 1.0))
-               for k in stats[0] if k != "tokens"}
+                   sum(st[k] * weight(st, k) for st in stats) / max(current if k.endswith("_current") else loss_tokens, 1.0))
+               for k in stats[0] if k not in ("tokens", "current_tokens") and (current or not k.endswith("_current"))}
+    if "current_tokens" in stats[0]:
+        metrics["current_tokens"] = current
     metrics.update(
         loss=loss,
         grad_norm=grad_norm,

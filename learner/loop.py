@@ -157,6 +157,8 @@ def step_summary(row: dict[str, Any]) -> str:
     if "mismatch_abs_mean" in train:  # sampler vs learner log-probs on the trained tokens
         parts.append(f"mismatch |d|={train['mismatch_abs_mean']:.2g}/max {train['mismatch_abs_max']:.2g} "
                      f"kl={train['mismatch_kl']:.2g}")
+        if "mismatch_abs_mean_current" in train and train.get("current_tokens", 0) < train.get("loss_tokens", 0):
+            parts.append(f"(current weights' tokens: |d|={train['mismatch_abs_mean_current']:.2g})")
     t = row.get("timings", {})
     parts.append(f"{row.get('episodes', 0)} episodes, {t.get('step_s', 0.0):.1f}s (rollouts {t.get('rollout_s', 0.0):.1f}s, "
                  f"train {t.get('train_s', 0.0):.1f}s)")

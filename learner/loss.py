@@ -51,17 +51,26 @@ def check_old_logprobs(value: str) -> str:
 
 
 def behaviour(learner_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, old_logprobs: str = "rollout",
-              tis_cap: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+              tis_cap: float | None = None, current: torch.Tensor | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
     """(PPO's old log-probs, TIS weights or None, mismatch stats) for one micro-batch's loss tokens.
     `learner_logprobs` are the learner's before the update (the step's forward pass); stats: mean and max
-    |learner - rollout| and a k3 estimate of KL(sampler || learner) (tokens were drawn by the sampler)."""
+    |learner - rollout| and a k3 estimate of KL(sampler || learner) (tokens were drawn by the sampler).
+    `current` marks the tokens sampled by the weights the learner holds: their mismatch is the
+    precision gap alone (older tokens add the policy's drift); stats `*_current` and `current_tokens`."""
     check_old_logprobs(old_logprobs)
     learner_old = learner_logprobs.detach()
     with torch.no_grad():
         gap = (learner_old - rollout_logprobs).abs()
+        kl = k3(rollout_logprobs, learner_old)
         stats = {"mismatch_abs_mean": float(gap.mean()) if gap.numel() else 0.0,
                  "mismatch_abs_max": float(gap.max()) if gap.numel() else 0.0,
-                 "mismatch_kl": float(k3(rollout_logprobs, learner_old).mean()) if gap.numel() else 0.0}
+                 "mismatch_kl": float(kl.mean()) if gap.numel() else 0.0}
+        if current is not None:
+            n = int(current.sum())
+            stats.update(current_tokens=float(n),
+                         mismatch_abs_mean_current=float(gap[current].mean()) if n else 0.0,
+                         mismatch_kl_current=float(kl[current].mean()) if n else 0.0)
         weights = None
         if tis_cap is not None:
             weights = torch.exp((learner_old - rollout_logprobs).clamp(max=_MAX_LOG_RATIO)).clamp(max=tis_cap)

@@ -217,8 +217,8 @@ class MegatronLearner:
             logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=not forward_only)
             if forward_only:
                 return logp.sum().detach(), torch.tensor(0), {"logp": logp.detach()}
-            old, tis, mismatch = behaviour(logp, batch.rollout_logprobs, self.old_logprobs, self.tis_cap)
-            loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
+            old, tis, mismatch = behaviour(logp, batch.rollout_logprobs, self.old_logprobs, self.tis_cap, batch.current)
+            loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.sample_index, n_samples,
                                    self.eps_low, self.eps_high, None if refs is None else refs[i], self.kl_coef, entropy, tis)
             stats.update(mismatch)
             return loss, torch.tensor(0), {"loss": float(loss.detach()), "stats": stats}

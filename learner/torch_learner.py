@@ -115,15 +115,15 @@ class TorchLearner:
             with torch.no_grad(), self._autocast():
                 ref = logprobs_and_entropy(self._loss_logits(self.ref_model, batch), batch.targets)[0]
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
-        old, tis, mismatch = behaviour(logp, batch.rollout_logprobs, self.old_logprobs, self.tis_cap)
-        loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.rows, n_samples,
+        old, tis, mismatch = behaviour(logp, batch.rollout_logprobs, self.old_logprobs, self.tis_cap, batch.current)
+        loss, stats = ppo_loss(logp, old, batch.adv, torch.ones_like(logp), batch.sample_index, n_samples,
                                self.eps_low, self.eps_high, ref, self.kl_coef, entropy, tis)
         stats.update(mismatch)
         return loss, stats
 
     def _sft_loss(self, logits: torch.Tensor, batch: Batch, n_samples: int) -> tuple[torch.Tensor, dict[str, float]]:
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
-        return nll_loss(logp, batch.rows, n_samples, entropy)
+        return nll_loss(logp, batch.sample_index, n_samples, entropy)
 
     def _optimize(self, samples: list[Sample], objective: Objective) -> dict[str, float]:
         """One optimizer step: micro-batches' `objective` losses accumulated, clipped, AdamW."""

@@ -116,6 +116,8 @@ class Training:
         if not any(s.trains for s in samples):
             metrics["train"] = {"skipped": 1.0}
             return StepOutput(metrics, self.version, turns, score_wait)
+        for s in samples:  # 0: sampled by the weights trained now, so their mismatch is precision alone
+            s.meta["versions_behind"] = self.version - s.meta["policy_version"]
         metrics["train"] = await asyncio.to_thread(self.learner.train_step, samples)
         await self._push_weights(self.version + 1)
         host_memory.trim()  # the step's freed activations and weight copies (agent/host_memory.py)

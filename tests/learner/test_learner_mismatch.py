@@ -34,6 +34,13 @@ def test_mismatch_figures_and_tis_weights_by_hand():
         behaviour(LEARNER, ROLLOUT, "fresh")
 
 
+def test_the_current_weights_tokens_have_their_own_figures():
+    _, _, st = behaviour(LEARNER, ROLLOUT, "recompute", current=torch.tensor([True, False, True]))
+    assert st["current_tokens"] == 2 and st["mismatch_abs_mean_current"] == pytest.approx(0.1)
+    assert st["mismatch_kl_current"] == pytest.approx((math.exp(0.2) - 1.2) / 2, rel=1e-5)
+    assert st["mismatch_abs_mean"] == pytest.approx(0.4)  # all tokens, as before
+
+
 def test_tis_loss_by_hand():
     logp = LEARNER.clone().requires_grad_()
     old, w, _ = behaviour(logp, ROLLOUT, "recompute", tis_cap=1.1)
@@ -69,6 +76,26 @@ def test_the_step_reports_the_mismatch_it_saw():
     assert m["tis_mean"] > 1.0 and 0 < m["mismatch_kl"]
     with pytest.raises(ValueError, match="old_logprobs"):
         TorchLearner("tiny", old_logprobs="fresh")
+
+
+def test_a_step_tells_the_precision_gap_from_the_drift_of_older_samples():
+    """A sample one version behind differs from the learner by the update since (here 0.5 nats on
+    its tokens); samples of the current version differ by precision alone (here none)."""
+    learner = TorchLearner("tiny", lr=1e-3, seed=0, max_tokens_per_micro_batch=16, old_logprobs="recompute", tis_cap=2.0)
+    samples = with_current_logprobs(learner, batch())
+    samples[2].rollout_logprobs = [x - 0.5 if m else x for x, m in zip(samples[2].rollout_logprobs, samples[2].loss_mask)]
+    for i, s in enumerate(samples):
+        s.meta["versions_behind"] = int(i == 2)
+    m = learner.train_step(samples)
+    assert m["micro_batches"] == 4 and m["current_tokens"] == 12 and m["loss_tokens"] == 16
+    assert m["mismatch_abs_mean"] == pytest.approx(0.5 / 4, abs=1e-4)
+    assert m["mismatch_abs_mean_current"] < 1e-5 and m["mismatch_kl_current"] < 1e-6
+    line = step_summary({"episodes": 4, "train": m})
+    assert "mismatch |d|=0.12/max 0.5" in line and "(current weights' tokens: |d|=" in line
+    for s in samples:
+        s.meta["versions_behind"] = 1
+    m = TorchLearner("tiny", lr=1e-3, seed=0, old_logprobs="recompute").train_step(samples)
+    assert m["current_tokens"] == 0 and "mismatch_abs_mean_current" not in m
 
 
 def test_the_step_line_shows_the_mismatch():

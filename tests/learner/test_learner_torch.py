@@ -8,6 +8,7 @@ import torch
 
 from agent.policy.engine import Engine
 from learner.samples import Sample
+from learner.batching import Batch, chains
 from learner.torch_learner import TorchLearner, micro_batches
 from tests.exactness import assert_adam_step_matches, assert_grads_close
 
@@ -82,6 +83,41 @@ def step_with_grads(learner: TorchLearner, samples: list[Sample]) -> tuple[dict,
     metrics = learner.train_step(samples)
     handle.remove()
     return metrics, grads
+
+
+def episode_turns(seed: int = 0) -> list[Sample]:
+    """Three turns of episode "e" (each prompt = the previous turn's prompt + reply + a user
+    message), a turn of "e" that branched off (its prompt differs in one token), one of "f"."""
+    g = torch.Generator().manual_seed(seed)
+    toks = lambda n: torch.randint(0, 256, (n,), generator=g).tolist()  # noqa: E731
+    out, context = [], toks(7)
+    for t in range(3):
+        reply = toks(4)
+        out.append(Sample(list(context), reply, [0.0] * 4, [(-1.0) ** t] * 4, [1, 1, 0, 1], {"episode_id": "e", "t": t}))
+        context = context + reply + toks(3)
+    off = list(out[1].prompt_ids)
+    off[2] = (off[2] + 1) % 256
+    out.append(Sample(off, toks(4), [0.0] * 4, [0.5] * 4, [1] * 4, {"episode_id": "e", "t": "off"}))
+    out.append(Sample(toks(9), toks(4), [0.0] * 4, [-0.5] * 4, [1] * 4, {"episode_id": "f"}))
+    return out
+
+
+def test_an_episodes_turns_share_one_row_and_train_as_if_apart():
+    samples = episode_turns()
+    assert [[s.meta.get("t") for s in c] for c in chains(samples)] == [[0, 1, 2], ["off"], [None]]
+    shared = Batch(samples, torch.device("cpu"), 0)
+    assert shared.ids.shape == (3, samples[2].n_tokens)
+    assert shared.sample_index.tolist() == [i for i, s in enumerate(samples) for m in s.loss_mask if m]
+    a = TorchLearner("tiny", lr=1e-3, seed=0)
+    b = TorchLearner("tiny", lr=1e-3, seed=0)
+    samples = with_current_logprobs(a, samples)
+    apart = [Sample(s.prompt_ids, s.response_ids, s.rollout_logprobs, s.advantages, s.loss_mask,
+                    {**s.meta, "episode_id": i}) for i, s in enumerate(samples)]
+    assert len(chains(apart)) == 5
+    (ma, ga), (mb, gb) = step_with_grads(a, samples), step_with_grads(b, apart)
+    assert ma["tokens"] == shared.n_tokens < mb["tokens"] == sum(s.n_tokens for s in samples)
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6) and ma["loss_tokens"] == mb["loss_tokens"]
+    assert_grads_close(ga, gb)
 
 
 def test_gradient_accumulation_matches_one_big_batch():
