@@ -34,6 +34,8 @@ diskwatch.py's watchdog, which stops a container past its cap.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
+import functools
 import io
 import json
 import os
@@ -299,25 +301,24 @@ class DockerSandbox:
         and modes kept, symlinks never followed). Elsewhere, from what `docker diff` lists:
         deletions replayed by the sandbox user, added trees and changed files copied engine-side
         with their owners; a changed mode or owner of a folder the image already had is then not
-        carried. The fork is the pool's like any sandbox: closed, swept and labelled the same way."""
+        carried. The shell's state is read while the files are copied (its command runs builtins
+        only; this sandbox's lock keeps any other command out of both). The fork is the pool's
+        like any sandbox: closed, swept and labelled the same way."""
         if self._sibling is None:
             raise SandboxError("this Docker sandbox was not opened from a pool (open_sandbox): it cannot fork")
         with self._lock:
             self._ready_shell()
-            raw = self._run_raw(STATE_COMMAND, 10.0, 1 << 22, kill=False)
-            if raw.exit_code != 0 or raw.truncated:
-                raise SandboxError(f"cannot read the shell's state to fork: {raw.stderr.decode(errors='replace').strip()}")
-            mine = self._host_layers()
-            child = self._sibling()
+            state: concurrent.futures.Future[RawResult] = concurrent.futures.Future()
+            threading.Thread(target=_settle, args=(state, lambda: self._run_raw(STATE_COMMAND, 10.0, 1 << 22, kill=False)),
+                             name="fork-state", daemon=True).start()
             try:
-                theirs = child._host_layers() if mine else None
-                if mine and theirs:
-                    treecopy.copy_tree(mine[0], theirs[1], upper=True)
-                else:
-                    child._take_changes(self)
-            except OSError as e:
-                child.close()
-                raise self._infra_error(f"fork: copying the container's changes on the host failed: {e}") from e
+                child = self._filled_sibling()
+            finally:
+                concurrent.futures.wait([state])  # the shell is the reader's until it answered
+            try:
+                raw = state.result()
+                if raw.exit_code != 0 or raw.truncated:
+                    raise SandboxError(f"cannot read the shell's state to fork: {raw.stderr.decode(errors='replace').strip()}")
             except BaseException:
                 child.close()
                 raise
@@ -327,9 +328,31 @@ class DockerSandbox:
             raise SandboxError(f"the fork's shell did not take the state: {r.stderr.strip()}")
         return child
 
+    def _filled_sibling(self) -> DockerSandbox:
+        """A new sandbox of this one's pool (its shell not yet told this one's state) holding
+        this one's file changes (see `fork`)."""
+        assert self._sibling is not None
+        mine = self._host_layers
+        child = self._sibling()
+        try:
+            theirs = child._host_layers if mine else None
+            if mine and theirs:
+                treecopy.copy_tree(mine[0], theirs[1], upper=True)
+            else:
+                child._take_changes(self)
+        except OSError as e:
+            child.close()
+            raise self._infra_error(f"fork: copying the container's changes on the host failed: {e}") from e
+        except BaseException:
+            child.close()
+            raise
+        return child
+
+    @functools.cached_property
     def _host_layers(self) -> tuple[str, str] | None:
         """(upper dir, merged dir) of this container's overlay2 root when its engine runs on this
-        host and the overlay keeps every change whole in the upper dir; else None."""
+        host and the overlay keeps every change whole in the upper dir; else None. Asked once: a
+        container keeps its layers for life (a restart mounts the same dirs again)."""
         try:
             driver = self._api.inspect_container(self.id)["GraphDriver"]
         except API_ERRORS as e:
@@ -580,6 +603,14 @@ class DockerSandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _settle(future: concurrent.futures.Future, fn: Callable[[], Any]) -> None:
+    """Give `future` what fn() returns, or the error it raises."""
+    try:
+        future.set_result(fn())
+    except BaseException as e:  # the waiting caller gets it
+        future.set_exception(e)
 
 
 def _mount_options(path: str) -> str | None:

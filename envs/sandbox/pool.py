@@ -140,15 +140,17 @@ class WarmPool:
                 err = None
             with self._cond:
                 self._inflight -= 1
-                if sb is not None and self._closed:
-                    _remove_later(sb.id, sb.engine)
-                elif sb is not None:
+                late = sb is not None and self._closed
+                if sb is not None and not late:
                     self._ready.append(sb)
                     self._fails, backoff = 0, 0.5
-                else:
+                elif sb is None:
                     self._fails += 1
                     self._last_error = err
                 self._cond.notify_all()
+            if late:  # created after shutdown began: removed here, inside the time shutdown waits for us
+                _quiet_remove(sb.id, sb.engine)
+                return
             if err is not None:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -25,6 +25,9 @@ from typing import Callable, TypeVar
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
 _CHUNK = 1 << 30
+# A folder's files go to the threads in batches (a task per file costs more than a small file's
+# copy): a batch closes at this many files or once its files hold this many bytes.
+_BATCH_FILES, _BATCH_BYTES = 64, 1 << 20
 T = TypeVar("T")
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="treecopy")
 
@@ -69,17 +72,27 @@ class _Copier:
         self.same_fs = True  # copy_file_range works between the two trees (until it says otherwise)
 
     def dir(self, sfd: int, dfd: int, rel: str) -> None:
-        pending = []
+        pending, batch, size = [], [], 0
         with os.scandir(sfd) as entries:
             for entry in entries:
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    pending.append(_POOL.submit(self.file, sfd, dfd, entry.name, st))
+                    batch.append((entry.name, st))
+                    size += st.st_size
+                    if len(batch) == _BATCH_FILES or size >= _BATCH_BYTES:
+                        pending.append(_POOL.submit(self.files, sfd, dfd, batch))
+                        batch, size = [], 0
                 else:
                     self.entry(sfd, dfd, entry.name, st, rel)
+        if batch:
+            pending.append(_POOL.submit(self.files, sfd, dfd, batch))
         concurrent.futures.wait(pending)  # all of them: the caller closes the fds they use
         for f in pending:
             f.result()
+
+    def files(self, sfd: int, dfd: int, batch: list[tuple[str, os.stat_result]]) -> None:
+        for name, st in batch:
+            self.file(sfd, dfd, name, st)
 
     def entry(self, sfd: int, dfd: int, name: str, st: os.stat_result, rel: str) -> None:
         mode = st.st_mode

@@ -58,6 +58,24 @@ def test_fork_continues_identically_then_independently(backend):
         trunk.close()
 
 
+# Folders of many files, copied in batches: 300 small ones with modes of their own, large ones
+# among them, a nested folder; every file must arrive whole, with its mode and time.
+MANY = ("mkdir -p many/sub && cd many && for i in $(seq 300); do echo $i > s$i; done && chmod 751 s7 s300 && "
+        "for i in 1 2 3; do head -c 1500000 /dev/urandom > b$i; done && touch -d 2001-02-03 s5 && "
+        "head -c 4096 /dev/urandom | split -b 64 - sub/p && cd ..")
+LISTING = "cd many && find . -type f -printf '%p %m %s %TY\\n' | sort && find . -type f -exec md5sum {} + | sort"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_copies_folders_of_many_files_whole(backend):
+    with _open(backend) as trunk:
+        assert trunk.exec(MANY, timeout=60).ok
+        with trunk.fork() as fork:
+            a, b = trunk.exec(LISTING, max_output=1 << 20), fork.exec(LISTING, max_output=1 << 20)
+            assert a.ok and a.stdout == b.stdout
+            assert a.stdout.count("\n") == 2 * (300 + 3 + 64) and "./s7 751 " in a.stdout and "./s5 644 2 2001" in a.stdout
+
+
 def test_bwrap_fork_is_its_own_user_and_closes(tmp_path):
     from envs.sandbox.bwrap import _processes
 
@@ -135,9 +153,9 @@ def test_docker_fork_carries_root_changes_to_the_image(on_host, monkeypatch):
     from envs.sandbox.docker import DockerSandbox
 
     if not on_host:  # the path for an engine on another host: docker diff and the archive API
-        monkeypatch.setattr(DockerSandbox, "_host_layers", lambda self: None)
+        monkeypatch.setattr(DockerSandbox, "_host_layers", property(lambda self: None))
     with open_sandbox("docker", None, SMALL, pool_size=2, user="root") as trunk:
-        assert (trunk._host_layers() is not None) == on_host  # this machine's engine is local
+        assert (trunk._host_layers is not None) == on_host  # this machine's engine is local
         assert trunk.exec(ROOT_SETUP).ok
         with trunk.fork() as fork:
             a, b = trunk.exec(ROOT_PROBE), fork.exec(ROOT_PROBE)
