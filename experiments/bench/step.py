@@ -5,10 +5,14 @@ no TIS) against today's defaults, in one run, each as its own `experiments.run` 
 Both jobs skip the held-out evaluation (`eval.n_tasks=0`): the figure is the step and the model loads.
 Printed: each job's wall time (model loads included), its step's rollout and train seconds, the
 ratios old / new (goal >= 2x), and the new job's sampler/learner mismatch figures.
-Extra arguments are passed to both jobs (e.g. `model=tiny` for a quick check).
+`--old-rev REV` runs the old job on the code of git revision REV (a temporary worktree of this
+checkout, the same Python) instead of this code, so that speed-ups that are not settings (the
+engine's decode, the learner's batching) count as well; without it both jobs run this code.
+Other arguments are passed to both jobs (e.g. `model=tiny` for a quick check).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -23,11 +27,12 @@ OLD = ["model.dtype=float32", "learner.bf16=false", "policy.prefix_cache_mb=0", 
 COMMON = ["steps=1", "eval.n_tasks=0", "wandb.mode=disabled", "progress=false"]
 
 
-def run_job(overrides: list[str], run_dir: Path, timeout_s: float) -> dict[str, Any]:
-    """Run one job; its wall time and the step row of its metrics.jsonl."""
+def run_job(overrides: list[str], run_dir: Path, timeout_s: float, cwd: Path | None = None) -> dict[str, Any]:
+    """Run one job (on the code in `cwd`, default this checkout); its wall time and the step row
+    of its metrics.jsonl."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "experiments.run", *COMMON, *overrides, f"run_dir={run_dir}"],
-                       capture_output=True, text=True, timeout=timeout_s)
+                       capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
@@ -38,17 +43,39 @@ def run_job(overrides: list[str], run_dir: Path, timeout_s: float) -> dict[str, 
             "train": step.get("train") or {}}
 
 
+@contextlib.contextmanager
+def worktree(rev: str, path: Path):
+    """A detached git worktree of this checkout at `rev`, removed afterwards."""
+    repo = Path(__file__).resolve().parents[2]
+    p = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(path), rev],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise SystemExit(f"bench step: cannot check out --old-rev {rev}: {p.stderr.strip().splitlines()[-1:]}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)],
+                       capture_output=True, timeout=120)
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return {}
+    rev = None
+    if "--old-rev" in argv:
+        i = argv.index("--old-rev")
+        if i + 1 == len(argv):
+            raise SystemExit("bench step: --old-rev needs a git revision")
+        rev, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
-        old = run_job([*OLD, *argv], Path(tmp) / "old", timeout_s=3600)
+        with (worktree(rev, Path(tmp) / "old-code") if rev else contextlib.nullcontext()) as old_code:
+            old = run_job([*OLD, *argv], Path(tmp) / "old", timeout_s=3600, cwd=old_code)
         new = run_job(list(argv), Path(tmp) / "new", timeout_s=3600)
     step_old, step_new = old["rollout_s"] + old["train_s"], new["rollout_s"] + new["train_s"]
     ratio = step_old / step_new if step_new > 0 else None
     return {
-        "overrides": argv,
+        "overrides": argv, "old_rev": rev,
         "old_wall_s": round(old["wall_s"], 1), "new_wall_s": round(new["wall_s"], 1),
         "old_step_s": round(step_old, 1), "new_step_s": round(step_new, 1),
         "old_rollout_s": round(old["rollout_s"], 1), "new_rollout_s": round(new["rollout_s"], 1),
