@@ -265,9 +265,19 @@ class AgentEnv(gymnasium.Env):
         held-out source (fresh generator seeds) override this; `load_task` accepts both kinds."""
         return split_ids(self.task_ids(), n_held_out, seed)
 
+    @classmethod
+    def _has_task_hooks(cls) -> bool:
+        """Whether the subclass poses tasks through the hooks (else it owns reset and step)."""
+        return cls.load_task is not AgentEnv.load_task
+
     # ---- gymnasium API -----------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        if not self._has_task_hooks():
+            # A subclass written the Gymnasium way (its own reset/step, calling super().reset(seed=
+            # seed) first as Gymnasium asks): seeding is all the base does, as gymnasium.Env's.
+            self.turn, self.done = 0, False
+            return None
         if self.task is not None and not self.done:
             self._finish()
         options = options or {}

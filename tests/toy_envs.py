@@ -121,7 +121,7 @@ class PlainStepAgentEnv(AgentEnv):
     gives the next state itself."""
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        gymnasium.Env.reset(self, seed=seed)
+        super().reset(seed=seed)  # as Gymnasium asks of every env
         return "Say a word.", {}
 
     def step(self, action: str):
@@ -146,3 +146,20 @@ class DiscreteGymEnv(gymnasium.Env):
 
 class HooklessEnv(AgentEnv):
     """An AgentEnv with neither the hooks nor its own reset/step."""
+
+
+class ResetFailsEnv(CountdownEnv):
+    """Every episode fails in reset with the env's own message."""
+
+    def _start(self, task):
+        raise ValueError("the data file for this env is missing")
+
+
+class HalfFailEnv(CountdownEnv):
+    """Fails in its first step on every other task (n2 and n4 fail, n3 and n5 run)."""
+
+    def _act(self, action: str):
+        assert self.task is not None
+        if int(self.task.task_id[1:]) % 2 == 0:
+            raise RuntimeError(f"cannot act on {self.task.task_id}")
+        return super()._act(action)

@@ -88,3 +88,14 @@ def test_adapter_random_actions_follow_the_job_seed():
     a, b = (env.random_action(np.random.default_rng(3)) for _ in range(2))
     assert a == b and len(a) <= 16
     assert 0 <= len(GymAdapter(PlainStepAgentEnv).random_action(np.random.default_rng(0))) <= 64
+
+
+def test_gymnasium_style_subclass_calls_super_reset_and_trains_on_its_verdicts(tmp_path):
+    """The subclass's reset calls super().reset(seed=seed) as Gymnasium asks: the base only seeds
+    it, and a binary run with judge=rules trains on the verdicts its own info gives."""
+    env = PlainStepAgentEnv()
+    assert env.reset(seed=3) == ("Say a word.", {}) and env.np_random_seed == 3
+    rows, turns = _run(tmp_path, "tests.toy_envs:PlainStepAgentEnv", "mode=binary", "judge=rules", "env.n_seeds=50")
+    votes = {t["next_state"]["data"]["verdict"]: t["prm"]["score"] for t in turns}
+    assert votes and all(score == verdict for verdict, score in votes.items())  # the rules judge read the env's verdict
+    assert rows[0]["policy_version"] == 1  # it trained
