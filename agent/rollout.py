@@ -28,6 +28,25 @@ from agent.turn import Turn
 from envs.base import AgentEnv, ForkError, NextState, Status, TaskSplit
 
 log = logging.getLogger(__name__)
+# Full tracebacks of failed episodes: not on the console (one line each there); the entry point
+# writes them to the run dir's log (experiments/run.py).
+TRACEBACKS = logging.getLogger("openclaw.tracebacks")
+TRACEBACKS.propagate = False
+
+
+class EpisodesFailed(RuntimeError):
+    """More of a run's episodes failed (env errors, deadlines) than its `max_failed_share`
+    allows: the run cannot be trusted to go on. The message names the first error."""
+
+
+def error_site(e: BaseException) -> str:
+    """`Type: message (file:line)`, the line being the innermost frame outside installed
+    packages and the standard library: where the user's own code raised."""
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if "site-packages" not in f.filename and "/lib/python" not in f.filename]
+    where = (own or frames)[-1:]
+    site = f" ({where[0].filename}:{where[0].lineno})" if where else ""
+    return f"{type(e).__name__}: {e}{site}"
 
 
 @dataclasses.dataclass
@@ -94,6 +113,7 @@ class Runner:
         progress: bool = True,
         label: str = "rollouts",
         branching: Branching = Branching(),
+        max_failed_share: float | None = None,
     ) -> None:
         self.make_env = make_env
         self.make_actor = make_actor
@@ -103,6 +123,9 @@ class Runner:
         self.progress = progress
         self.label = label  # what its progress bar is called ("held-out" for an evaluation's runner)
         self.branching = branching
+        # a run() whose episodes all failed (status infra_error or timeout), or a share above this,
+        # raises EpisodesFailed; None: never (the caller reads each episode's status)
+        self.max_failed_share = max_failed_share
         # a trunk's forks step beside it: room for k continuations at a few branch points each
         # (threads start only when needed; a call queued here counts against its deadline)
         threads = (self.n_envs + 2) * (1 + 4 * branching.k if branching.on else 1)
@@ -165,7 +188,21 @@ class Runner:
                 bar.advance(status=" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
                 return eps
 
-            return [e for eps in await asyncio.gather(*(one(j) for j in jobs)) for e in eps]
+            episodes = [e for eps in await asyncio.gather(*(one(j) for j in jobs)) for e in eps]
+        self._check_failures(episodes)
+        return episodes
+
+    def _check_failures(self, episodes: list[Episode]) -> None:
+        if self.max_failed_share is None:
+            return
+        failed = [e for e in episodes if e.status in (Status.INFRA_ERROR, Status.TIMEOUT)]
+        all_failed = len(failed) == len(episodes)
+        if not failed or (not all_failed and len(failed) <= self.max_failed_share * len(episodes)):
+            return
+        first = failed[0]
+        raise EpisodesFailed(f"{len(failed)} of {len(episodes)} {self.label} episodes failed (max_failed_share="
+                             f"{self.max_failed_share:g}); the first, {first.job.episode_id} on task {first.job.task_id}: "
+                             f"{first.error or first.status}")
 
     async def _episode(self, path: _Path, on_turn: OnTurn | None) -> list[Episode]:
         """Run one path to its end: a trunk (a pooled env, reset) or a continuation (its own fork,
@@ -250,11 +287,13 @@ class Runner:
         except (PolicyUnavailable, ForkError):
             raise
         except Exception as e:
-            log.warning("episode %s failed: %s", job.episode_id, traceback.format_exc())
+            error = error_site(e)
+            log.warning("episode %s failed: %s", job.episode_id, error)
+            TRACEBACKS.info("episode %s failed:\n%s", job.episode_id, traceback.format_exc())
             if env is not None:
                 self._discard(env)
                 env = None
-            return [finish(None, Status.INFRA_ERROR, error=f"{type(e).__name__}: {e}")] + await _gathered(branches)
+            return [finish(None, Status.INFRA_ERROR, error=error)] + await _gathered(branches)
         finally:
             if pending is not None:
                 self._discard(pending.env)

@@ -404,7 +404,8 @@ def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: A
 
 def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
     return dict(n_envs=int(cfg.n_envs), step_timeout_s=float(cfg.timeouts.step_s),
-                episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress))
+                episode_timeout_s=float(cfg.timeouts.episode_s), progress=bool(cfg.progress),
+                max_failed_share=float(cfg.max_failed_share))
 
 
 def build_runner(cfg: DictConfig, make_env: Callable[[], AgentEnv], policy: Policy, stack: AsyncExitStack,

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from envs import progress
 from envs.base import ForkError
 from agent.policy.base import PolicyUnavailable
+from agent.rollout import TRACEBACKS, EpisodesFailed
 from envs.sandbox.sweeper import sigterm_as_sigint
 from experiments.factories import (ConfigError, branching, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
                                    build_training, eval_settings, loop_config, run_mode)
@@ -35,6 +36,7 @@ from learner.sft_demos import DemoError
 from learner.wandb_log import WandbSink
 
 log = logging.getLogger("experiments.run")
+TRACEBACK_LOG = "tracebacks.log"  # in the run dir: failed episodes' full tracebacks
 
 
 def _job_suffix() -> str:
@@ -128,12 +130,16 @@ def main(cfg: DictConfig) -> None:
         sys.exit(f"error: {e}")
     runlog = RunLog(cfg.run_dir)
     runlog.write_config(OmegaConf.to_yaml(cfg, resolve=True))
+    TRACEBACKS.addHandler(logging.FileHandler(runlog.dir / TRACEBACK_LOG))
+    TRACEBACKS.setLevel(logging.INFO)
     log.info("run %s -> %s", cfg.name, runlog.dir)
     runlog.add_sink(wandb_sink(cfg, runlog.dir))
     try:
         rows = asyncio.run(run_experiment(cfg, runlog))
     except (ConfigError, PolicyUnavailable, DemoError) as e:
         sys.exit(f"error: {e}")
+    except EpisodesFailed as e:
+        sys.exit(f"error: {e}\nfull tracebacks: {runlog.dir / TRACEBACK_LOG}")
     except ForkError as e:
         sys.exit(f"error: rollout.branch needs an env that can fork: {e}; set rollout.branch.at=none")
     except KeyboardInterrupt:

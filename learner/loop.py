@@ -160,7 +160,8 @@ def step_summary(row: dict[str, Any]) -> str:
         if "mismatch_abs_mean_current" in train and train.get("current_tokens", 0) < train.get("loss_tokens", 0):
             parts.append(f"(current weights' tokens: |d|={train['mismatch_abs_mean_current']:.2g})")
     t = row.get("timings", {})
-    parts.append(f"{row.get('episodes', 0)} episodes, {t.get('step_s', 0.0):.1f}s (rollouts {t.get('rollout_s', 0.0):.1f}s, "
+    failed = sum(n for s, n in (row.get("episode_status_counts") or {}).items() if Status(s).is_infra)
+    parts.append(f"{row.get('episodes', 0)} episodes{f' ({failed} failed)' if failed else ''}, {t.get('step_s', 0.0):.1f}s (rollouts {t.get('rollout_s', 0.0):.1f}s, "
                  f"train {t.get('train_s', 0.0):.1f}s)")
     if "memory" in row:
         parts.append(f"rss {row['memory']['rss_gb']:.1f} GB")

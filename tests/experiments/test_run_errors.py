@@ -56,3 +56,28 @@ def test_bad_input_gets_one_line(tmp_path, case):
     (line,) = p.stderr.strip().splitlines()
     # swe needs Docker: without an engine the one line says that instead (also one line)
     assert line.startswith("error: ") and (names in line or "no Docker engine answers" in line), line
+
+
+FAILING = ["env=custom", "model=tiny", "mode=outcome", "steps=2", "tasks_per_step=4", "group_size=2", "n_envs=2",
+           "sampling.max_new_tokens=4", "eval.n_tasks=0", "wandb.mode=disabled"]
+
+
+def test_a_run_whose_episodes_all_fail_stops_non_zero_naming_the_first_error(tmp_path):
+    p = run_cli(*FAILING, "env.entry_point=tests.toy_envs:ResetFailsEnv", f"run_dir={tmp_path}/r")
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert "8 of 8 rollouts episodes failed" in p.stderr
+    # the env's own message and the line of the user's code that raised it
+    assert "ValueError: the data file for this env is missing (" in p.stderr and "tests/toy_envs.py:" in p.stderr
+    assert len(p.stderr.strip().splitlines()) <= 2
+    assert "Traceback" not in p.stdout  # one line per failed episode on the console (the log), no traceback walls
+    log = (tmp_path / "r" / "tracebacks.log").read_text()
+    assert log.count("Traceback (most recent call last)") == 8 and "_start" in log
+    assert "done:" not in p.stdout
+
+
+def test_a_run_past_its_failed_share_stops_and_one_within_it_goes_on(tmp_path):
+    p = run_cli(*FAILING, "env.entry_point=tests.toy_envs:HalfFailEnv", "max_failed_share=0.25", f"run_dir={tmp_path}/a")
+    assert p.returncode != 0 and "max_failed_share=0.25" in p.stderr and "RuntimeError: cannot act on n" in p.stderr
+    p = run_cli(*FAILING, "env.entry_point=tests.toy_envs:HalfFailEnv", "max_failed_share=0.9", f"run_dir={tmp_path}/b")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "failed)" in p.stdout  # the step line counts the failed episodes
