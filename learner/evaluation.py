@@ -191,6 +191,24 @@ def merged(evaluators: list[Evaluator]) -> Evaluator | None:
 CURVE_FIGURES = (("personalization", "personalization"), (f"{PREFIX}pass@1", "held-out pass@1"))
 
 
+def rise_verdict(a: Estimate, b: Estimate) -> str:
+    """How estimate `b` stands against `a`, in words, by their 95% intervals."""
+    if b.lo > a.hi:
+        return "rose beyond both intervals (they do not overlap)"
+    if b.value > a.hi:
+        return "rose above the start's interval, but the intervals overlap"
+    if b.value > a.value:
+        return "rose within the intervals: not distinguishable from noise"
+    return "did not rise"
+
+
+def rise_line(start: tuple[Any, Estimate], end: tuple[Any, Estimate], what: str) -> str:
+    (s0, a), (s1, b) = start, end
+    label = f"after {s0}" if isinstance(s0, int) else s0
+    return (f"{what} ({label}) {a.value:.3f} [{a.lo:.3f}, {a.hi:.3f}] -> end (after {s1}) "
+            f"{b.value:.3f} [{b.lo:.3f}, {b.hi:.3f}]: {rise_verdict(a, b)}")
+
+
 def heldout_curve(rows: list[dict[str, Any]]) -> list[str]:
     """The end-of-run report of a training run's held-out figure: its value with the 95% interval
     after each evaluated update (row k holds the policy after k updates), then start against end
@@ -205,16 +223,8 @@ def heldout_curve(rows: list[dict[str, Any]]) -> list[str]:
     lines += [f"  {step:>4}: {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] n={e.n}" for step, e in points]
     if len(points) < 2:  # nothing to compare (an evaluation-only run)
         return lines
-    (s0, a), (s1, b) = points[0], points[-1]
-    if b.lo > a.hi:
-        verdict = "rose beyond both intervals (they do not overlap)"
-    elif b.value > a.hi:
-        verdict = "rose above the start's interval, but the intervals overlap"
-    elif b.value > a.value:
-        verdict = "rose within the intervals: not distinguishable from noise"
-    else:
-        verdict = "did not rise"
-    start = f"after {s0}" if isinstance(s0, int) else s0
-    lines.append(f"start ({start}) {a.value:.3f} [{a.lo:.3f}, {a.hi:.3f}] -> end (after {s1}) "
-                 f"{b.value:.3f} [{b.lo:.3f}, {b.hi:.3f}]: {verdict}")
+    lines.append(rise_line(points[0], points[-1], "start"))
+    rl = [p for p in points if isinstance(p[0], int)]
+    if rl[:1] and rl[0] is not points[0] and len(rl) > 1:  # a warm start came first: RL's own rise, from its policy
+        lines.append(rise_line(rl[0], rl[-1], "RL's own: warm-started"))
     return lines

@@ -71,6 +71,13 @@ def test_heldout_curve_states_start_against_end():
     assert heldout_curve([start, row(4, 0.2, 0.1, 0.3)])[-1].endswith("not distinguishable from noise")
     assert heldout_curve([start, row(4, 0.1, 0.04, 0.23)])[-1].endswith("did not rise")
     assert heldout_curve([start]) == lines[:2]  # one evaluation: its value, no verdict
+    # after a warm start, RL's own rise is stated too: from the warm-started policy (after 0)
+    before = {**row(0, 0.0, 0.0, 0.09), "eval_only": True, "phase": "before warm start"}
+    warm = heldout_curve([before, start, row(4, 0.2, 0.1, 0.3)])
+    assert warm[-2].startswith("start (before warm start) 0.000") and warm[-2].endswith("(they do not overlap)")
+    assert warm[-1] == ("RL's own: warm-started (after 0) 0.100 [0.040, 0.230] -> end (after 4) 0.200 [0.100, 0.300]: "
+                        "rose within the intervals: not distinguishable from noise")
+    assert heldout_curve([before, start])[-1].startswith("start (")  # no update yet: no RL line
     # chat_sim's personalization comes first; rows without intervals (older runs) print nothing
     both = [dict(start, personalization=0.2, personalization_lo=0.1, personalization_hi=0.3, personalization_n=16)]
     assert heldout_curve(both)[0] == "personalization (95% CI) after N updates:"
