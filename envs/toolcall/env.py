@@ -40,6 +40,7 @@ class ToolCallEnv(AgentEnv):
         data: str | None = None,
         n_problems: int = 500,
         seed: int = 0,
+        families: list[str] | None = None,
         max_turns: int = 8,
         sandbox: str = "bwrap",
         image: str | None = None,
@@ -49,7 +50,9 @@ class ToolCallEnv(AgentEnv):
         memory_mb: int = 1024,
     ):
         super().__init__(max_turns=max_turns)
-        tasks = load_tasks(data) if data else problems.generate(int(n_problems), int(seed))
+        if data and families is not None:
+            raise ValueError("families picks the bundled generator's problem families; it does not apply to data=")
+        tasks = load_tasks(data) if data else problems.generate(int(n_problems), int(seed), problems.check_families(families))
         self._tasks: dict[str, Task] = {t.task_id: t for t in tasks}
         self._ids = list(self._tasks)
         self.max_obs_chars = int(max_obs_chars)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import random
 from fractions import Fraction
-from typing import Callable
+from typing import Callable, Sequence
 
 from envs.base import Task
 from envs.tool_calls import render_tool_call
@@ -210,9 +210,18 @@ FAMILIES: dict[str, Callable[[random.Random], Problem]] = {
 }
 
 
-def make_task(index: int, seed: int = 0, attempt: int = 0) -> Task:
-    """Problem `index` of the suite for `seed` (families take turns); `attempt` redraws it."""
-    family = list(FAMILIES)[index % len(FAMILIES)]
+def check_families(families: Sequence[str] | None) -> tuple[str, ...]:
+    """The family names asked for (all when None), checked: an unknown one raises ValueError."""
+    names = tuple(FAMILIES) if families is None else tuple(str(f) for f in families)
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown or not names:
+        raise ValueError(f"unknown problem families {unknown or '[]'}; choose among {', '.join(FAMILIES)}")
+    return names
+
+
+def make_task(index: int, seed: int = 0, attempt: int = 0, families: tuple[str, ...] = tuple(FAMILIES)) -> Task:
+    """Problem `index` of the suite for `seed` (`families` take turns); `attempt` redraws it."""
+    family = families[index % len(families)]
     question, answer, code = FAMILIES[family](random.Random((seed * 1_000_003 + index) * 101 + attempt))
     text = format_answer(answer)
     oracle = [
@@ -223,13 +232,14 @@ def make_task(index: int, seed: int = 0, attempt: int = 0) -> Task:
 
 
 @functools.lru_cache(maxsize=8)
-def generate(n: int = 500, seed: int = 0) -> tuple[Task, ...]:
-    """The first `n` problems for `seed`, no two alike (a repeat is redrawn)."""
+def generate(n: int = 500, seed: int = 0, families: tuple[str, ...] = tuple(FAMILIES)) -> tuple[Task, ...]:
+    """The first `n` problems for `seed` drawn from `families` in turn, no two alike (a repeat is
+    redrawn)."""
     tasks: list[Task] = []
     seen: set[str] = set()
     for i in range(n):
         for attempt in range(100):
-            task = make_task(i, seed, attempt)
+            task = make_task(i, seed, attempt, families)
             if task.prompt not in seen:
                 break
         seen.add(task.prompt)

@@ -54,6 +54,22 @@ def test_generator_is_big_varied_and_deterministic():
         assert "<tool_call>" in t.oracle[0]
 
 
+def test_families_pick_which_problems_are_drawn():
+    """The difficulty knob: a subset of families draws from those alone, in turn, and their
+    oracles still solve them; an unknown family is one clear error naming the choices."""
+    env = ToolCallEnv(n_problems=20, families=["arithmetic", "averages"])
+    try:
+        families = [env._tasks[i].meta["family"] for i in env._ids]
+        assert families == ["arithmetic", "averages"] * 10
+        assert _solve_with_oracle(env, env._ids[1]) == 1.0
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match=r"unknown problem families \['calculus'\]; choose among arithmetic, "):
+        ToolCallEnv(families=["arithmetic", "calculus"])
+    with pytest.raises(ValueError, match="does not apply to data="):
+        ToolCallEnv(data="problems.jsonl", families=["arithmetic"])
+
+
 def test_oracle_solves_sampled_problems(env):
     rng = np.random.default_rng(0)
     ids = env.task_ids()
