@@ -23,6 +23,7 @@ from agent.chat import ChatRenderer
 from agent.policy.base import PolicyClient, SamplingParams
 from agent.rollout import EpisodeJob, Runner
 from envs.base import ENVS, AgentEnv, TaskSplit
+from learner.compute_thread import on_learner_thread
 from learner.evaluation import EpisodeEvaluator, PersonalizationEvaluator, merged, supports_personalization
 from learner.judges import LLMJudge, RulesJudge
 from learner.loop import Evaluator, LoopConfig, RolloutSource
@@ -556,7 +557,7 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: RolloutSource,
         if signals.opd:
             teacher = _build_teacher(cfg, policy, stack)
         scorer = NextStateScorer(judge, teacher, policy.renderer, n_votes=int(cfg.judge.n_votes), mode=mode)
-    learner = await asyncio.to_thread(_build_learner, cfg)
+    learner = await on_learner_thread(_build_learner, cfg)
     stack.callback(learner.close)  # learner=megatron under torchrun: releases the other ranks
     m = cfg.mode
     return Training(mode, policy.client, runner, runlog, scorer, learner,

@@ -28,6 +28,7 @@ from experiments.factories import (ConfigError, branching, build_env, build_eval
                                    build_training, eval_settings, loop_config, run_mode)
 from experiments.view.pages import token_panel
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
+from learner.compute_thread import on_learner_thread
 from learner.evaluation import heldout_curve
 from learner.loop import run_loop
 from learner.runlog import RunLog
@@ -80,7 +81,7 @@ async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
         sft, split, before = None, None, None
         warm = warm_start_enabled(cfg)
         if str(cfg.mode.name) == "sft":
-            sft, policy = await asyncio.to_thread(build_sft, cfg, make_env, runlog)
+            sft, policy = await on_learner_thread(build_sft, cfg, make_env, runlog)
         else:
             if warm:  # SFT first; cfg.model.path becomes its checkpoint
                 split = await asyncio.to_thread(env_split, cfg, make_env)

@@ -15,8 +15,10 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, open_dict
 
+from agent import host_memory
 from envs.base import AgentEnv, TaskSplit
 from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft
+from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
 from learner.sft import summary as sft_summary
 
@@ -50,8 +52,10 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
             if evaluator is not None:
                 before = {"phase": BEFORE, **await evaluator()}
         async with AsyncExitStack() as stack:
-            sft, demos = await asyncio.to_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
+            sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
             rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)
+        del sft, demos  # the SFT learner's weights and optimizer state go before RL loads its own
+        host_memory.trim()
         ws.close()
         log.info("warm start: %s; RL starts from it", sft_summary(rows))
     with open_dict(cfg):

@@ -83,11 +83,10 @@ class Batch:
             current.append(torch.full(j.shape, s.meta.get("versions_behind", 0) == 0))
             rollout.append(torch.tensor(s.rollout_logprobs, dtype=torch.float32)[keep])
             adv.append(torch.tensor(s.advantages, dtype=torch.float32)[keep])
+        # Rows are padded on the right and attention is causal, so no real token sees a pad: no
+        # mask is needed, and without one attention keeps its fused causal kernel (a padding mask
+        # sends it to the math path, which keeps rows x heads x width^2 scores per layer).
         self.ids = ids.to(device)
-        # no padding -> no mask, so attention keeps its causal fast path
-        self.attn = None
-        if min(lengths) < width:
-            self.attn = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long().to(device)
         self.rows, self.cols = torch.cat(rows).to(device), torch.cat(cols).to(device)
         self.sample_index = torch.cat(index).to(device)
         self.current = torch.cat(current).to(device)  # sampled by the weights being trained (meta versions_behind 0)

@@ -8,7 +8,6 @@ folder any later run takes as `model=local model.path=...`.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -22,6 +21,7 @@ from agent.actors import OracleActor
 from agent.chat import ChatRenderer
 from agent.rollout import EpisodeJob, Runner
 from envs.base import TaskSplit
+from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.sft_demos import DemoActor, DemoError, Transcript, oracle_demos, pick_tasks, replay
@@ -95,7 +95,7 @@ class SFT:
         rng = np.random.default_rng(c.seed)
         steps = 0
         row: dict[str, Any] = {"step": 0, "epoch": 0, **(before or {}), "demos": len(train), "heldout_demos": len(held_out),
-                               "heldout_nll": await asyncio.to_thread(mean_nll, self.learner, held_out)}
+                               "heldout_nll": await on_learner_thread(mean_nll, self.learner, held_out)}
         rows = [row]
         self.runlog.metrics(row)
         log.info("sft: %d demonstrations (%d loss tokens), %d held out; held-out NLL %s", len(train),
@@ -105,18 +105,18 @@ class SFT:
             order = rng.permutation(len(train))
             losses, tokens = [], 0.0
             for i in range(0, len(order), c.batch_size):
-                m = await asyncio.to_thread(self.learner.sft_step, [train[int(k)] for k in order[i:i + c.batch_size]])
+                m = await on_learner_thread(self.learner.sft_step, [train[int(k)] for k in order[i:i + c.batch_size]])
                 losses.append(m["loss"])
                 tokens += m["loss_tokens"]
                 steps += 1
             row = {"step": epoch, "epoch": epoch, "optimizer_steps": steps, "train_loss": float(np.mean(losses)),
-                   "loss_tokens": tokens, "heldout_nll": await asyncio.to_thread(mean_nll, self.learner, held_out),
+                   "loss_tokens": tokens, "heldout_nll": await on_learner_thread(mean_nll, self.learner, held_out),
                    "timings": {"epoch_s": time.monotonic() - t0}}
             self.runlog.metrics(row)
             rows.append(row)
             log.info("sft epoch %d/%d: train loss %.4f, held-out NLL %s, %.1fs", epoch, c.epochs, row["train_loss"],
                      _fmt(row["heldout_nll"]), row["timings"]["epoch_s"])
-        ckpt = await asyncio.to_thread(self.learner.save_checkpoint, self.runlog.checkpoints / "latest", c.epochs, 0)
+        ckpt = await on_learner_thread(self.learner.save_checkpoint, self.runlog.checkpoints / "latest", c.epochs, 0)
         rows[-1]["model_path"] = str(Path(ckpt / "model").resolve())
         return rows
 

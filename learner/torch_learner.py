@@ -82,7 +82,7 @@ class TorchLearner:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def _loss_logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        hidden = model.base_model(input_ids=batch.ids, attention_mask=batch.attn).last_hidden_state
+        hidden = model.base_model(input_ids=batch.ids).last_hidden_state
         return model.get_output_embeddings()(hidden[batch.rows, batch.cols])
 
     @torch.no_grad()

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from agent import host_memory
+from learner.compute_thread import on_learner_thread
 from agent.policy.base import PolicyClient
 from agent.turn import Turn
 from learner.advantages import build_samples
@@ -118,7 +119,7 @@ class Training:
             return StepOutput(metrics, self.version, turns, score_wait)
         for s in samples:  # 0: sampled by the weights trained now, so their mismatch is precision alone
             s.meta["versions_behind"] = self.version - s.meta["policy_version"]
-        metrics["train"] = await asyncio.to_thread(self.learner.train_step, samples)
+        metrics["train"] = await on_learner_thread(self.learner.train_step, samples)
         await self._push_weights(self.version + 1)
         host_memory.trim()  # the step's freed activations and weight copies (agent/host_memory.py)
         return StepOutput(metrics, self.version, turns, score_wait)
@@ -139,7 +140,7 @@ class Training:
 
     async def _push_weights(self, version: int) -> None:
         path = self.runlog.dir / "weights" / f"v{version}"
-        await asyncio.to_thread(self.learner.save_weights, path)
+        await on_learner_thread(self.learner.save_weights, path)
         await self.client.update_weights(str(path), version)
         self.version = version
         for old in path.parent.glob("v*"):  # the engine holds the weights in memory now
@@ -149,14 +150,14 @@ class Training:
     async def after_step(self, step: int, last: bool) -> None:
         every = self.checkpoint_every
         if every > 0 and ((step + 1) % every == 0 or last):
-            await asyncio.to_thread(self.learner.save_checkpoint, self.runlog.checkpoints / "latest", step + 1, self.version)
+            await on_learner_thread(self.learner.save_checkpoint, self.runlog.checkpoints / "latest", step + 1, self.version)
 
     # ---- the run -----------------------------------------------------------------------
     async def run(self, loop_cfg: LoopConfig) -> list[dict[str, Any]]:
         start = 0
         latest = self.runlog.checkpoints / "latest"
         if self.resume and (latest / "learner.json").is_file():
-            info = await asyncio.to_thread(self.learner.load_checkpoint, latest)
+            info = await on_learner_thread(self.learner.load_checkpoint, latest)
             start = info["step"]
             await self._push_weights(info["policy_version"])
         if self.resume:  # what a killed run logged after its checkpoint is done again: once

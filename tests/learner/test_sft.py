@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from agent.policy.models import load_model
 from agent.rollout import EpisodeJob, Runner
 from envs.base import TaskSplit
 from learner.loss import nll_loss
+from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
 from learner.samples import Sample
 from learner.sft import SFT, SFTConfig, mean_nll
@@ -123,6 +125,41 @@ async def _held_samples(sft: SFT) -> list[Sample]:
         return (await sft.demonstrations(runner))[1]
     finally:
         runner.close()
+
+
+class ThreadNoting(TorchLearner):
+    """The tiny learner, noting which thread runs each of its steps and log-prob passes."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.threads: set[int] = set()
+
+    def sft_step(self, samples: list[Sample]) -> dict[str, float]:
+        self.threads.add(threading.get_ident())
+        return super().sft_step(samples)
+
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        self.threads.add(threading.get_ident())
+        return super().logprobs(samples)
+
+
+def test_sft_runs_all_its_torch_work_on_the_one_learner_thread(tmp_path):
+    """Every step on one thread, so one malloc arena holds what steps free (on asyncio's pool
+    each worker kept a step's activations: 15.9 GB against 7.0 GB for a 135M model)."""
+    learner = ThreadNoting("tiny", lr=0.01, seed=0)
+    split = ManyCountdowns().task_split(4, seed=1234)
+    sft = SFT(learner, ChatRenderer(learner.tokenizer), RunLog(tmp_path), split,
+              SFTConfig(n_demos=12, epochs=2, batch_size=2, heldout_demos=4, seed=0, max_context=4096))
+    runner = Runner(ManyCountdowns, sft.make_actor, n_envs=2, progress=False)
+    try:
+        asyncio.run(sft.run(runner))
+    finally:
+        runner.close()
+    assert len(learner.threads) == 1 and threading.get_ident() not in learner.threads
+
+    async def names() -> set[str]:  # concurrent calls too: they queue for the one thread
+        return set(await asyncio.gather(*[on_learner_thread(lambda: threading.current_thread().name) for _ in range(8)]))
+    assert len(asyncio.run(names())) == 1
 
 
 def test_sft_step_is_exact_under_micro_batching():
