@@ -564,7 +564,8 @@ class DockerSandbox:
             except API_ERRORS as e:
                 raise self._infra_error(f"docker diff failed: {e}") from e
             # A work dir of "/" (an image without WORKDIR) would make every path writable.
-            changed, tampered = verifier.outside(diff, [*writable, *([self.workdir] if self.workdir != "/" else [])])
+            changed, tampered = verifier.outside(diff, [*writable, *([self.workdir] if self.workdir != "/" else [])],
+                                                  script, self._exists)
             self._root_exec(["/bin/rm", "-rf", "--", verifier.TESTS_DIR, verifier.LOGS_DIR])
             self._put("/", self._root_tar(tests_dir, processes or []))
             if self._exists(verifier.REWARD_FILE):  # the engine's word, not the image's rm: left by the agent

@@ -9,12 +9,22 @@ only the capabilities to read and write any file: DAC_OVERRIDE, DAC_READ_SEARCH,
 new process with a fixed environment (`clean_env`: no inherited variables or functions, system
 PATH, no user site-packages, HOME a verifier-owned folder); the script's text is passed as an
 argument, so nothing rewrites it while it runs; (5) kills what the verifier left running and only
-then reads /logs/verifier/reward.txt. A change to a system path (`SYSTEM_DIRS`) is `tampered`.
+then reads /logs/verifier/reward.txt.
+
+Tampering is what could steer the verifier's own process tree (`tampered_by`), not any change to
+a system path: a task may install a package or edit /etc and still pass. The verifier already
+ignores the agent's environment, shell functions, login files and processes (1, 4); what is left
+is the file system it runs from: Python start-up hooks (sitecustomize, usercustomize, .pth
+files), the loader's preload list, the commands it runs itself (bash, env, timeout, python3...)
+and those its test script names, where the agent changed or removed them or put one ahead of
+the image's on PATH, and the Python standard library or the C library changed in place.
 """
 from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
+from typing import Callable
 
 TESTS_DIR = "/tests"
 LOGS_DIR = "/logs"
@@ -22,8 +32,11 @@ REWARD_FILE = "/logs/verifier/reward.txt"
 PROCESSES_FILE = "/logs/agent/processes.json"  # the agent's processes when it submitted (tests read it)
 VERIFIER_HOME = "/logs/home"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SYSTEM_DIRS = ("/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/root", "/sbin",
-               "/srv", "/usr", "/var/lib")
+PATH_DIRS = tuple(PATH.split(":"))  # where the verifier finds its commands, in order
+PYTHON_HOOKS = ("sitecustomize.py", "usercustomize.py")  # imported by every Python start (so are .pth files)
+PRELOAD = "/etc/ld.so.preload"  # loaded into every process
+TOOLCHAIN = frozenset({"bash", "sh", "dash", "env", "timeout", "python", "python3", "perl", "ld.so"})  # the verifier's own
+CORE_LIBS = ("libc.so", "libc-", "ld-linux", "libpython", "libpthread", "libdl")  # every command links them
 CAPS = ("DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER")  # the verifier reads what the agent made private
 MAX_LOG = 32_768
 
@@ -58,9 +71,13 @@ def command(script: str, workdir: str, timeout: float) -> list[str]:
             "/bin/bash", "--noprofile", "--norc", "-c", inner, "verifier", workdir, script]
 
 
-def outside(changes: list[tuple[str, str]], writable: list[str]) -> tuple[list[str], list[str]]:
-    """(changed, tampered) from (kind, path) pairs: changes inside a writable area are left out,
-    and so is a folder marked changed ("C") because something under it is listed."""
+def outside(changes: list[tuple[str, str]], writable: list[str], script: str = "",
+            exists: Callable[[str], bool] = lambda path: False) -> tuple[list[str], list[str]]:
+    """(changed, tampered) from (kind, path) pairs ("A" added, "C" changed, "D" deleted, "M" a
+    mount): changes inside a writable area are left out, and so is a folder marked changed
+    because something under it is listed; `tampered` is the part of `changed` that could steer
+    the verifier (`tampered_by`). `script`: the test script's text; `exists(path)`: whether the
+    sandbox holds `path` now (for a command put ahead of the image's on PATH)."""
     def under(p: str, root: str) -> bool:
         return p == root or p.startswith(root.rstrip("/") + "/")
 
@@ -68,8 +85,26 @@ def outside(changes: list[tuple[str, str]], writable: list[str]) -> tuple[list[s
     kept = [(k, p) for k, p in zip((k for k, _ in changes), paths) if not any(under(p, w) for w in writable)]
     changed = sorted(f"{k} {p}" for k, p in kept
                      if not (k == "C" and any(q != p and under(q, p) for q in paths)))
-    tampered = [c for c in changed if any(under(c[2:], d) for d in SYSTEM_DIRS)]
+    named = set(re.findall(r"[A-Za-z0-9_.+-]+", script)) | TOOLCHAIN
+    tampered = [c for c in changed if tampered_by(c[0], c[2:], named, exists)]
     return changed, tampered
+
+
+def tampered_by(kind: str, path: str, commands: set[str] | frozenset[str],
+                exists: Callable[[str], bool]) -> bool:
+    """Whether a change of `kind` to `path` could steer a verifier that runs `commands`."""
+    folder, name = posixpath.split(path)
+    if kind == "M" or name in PYTHON_HOOKS or name.endswith(".pth") or path == PRELOAD:
+        return True
+    if folder in PATH_DIRS and name in commands:
+        if kind in ("C", "D") or name in TOOLCHAIN:
+            return True
+        later = PATH_DIRS[PATH_DIRS.index(folder) + 1:]
+        return any(exists(posixpath.join(d, name)) for d in later)  # ahead of the image's own on PATH
+    if kind in ("C", "D"):  # the standard library or the C library changed in place
+        stdlib = re.match(r"/usr(/local)?/lib/python3[^/]*/", path) and not re.search(r"/(site|dist)-packages/", path)
+        return bool(stdlib) or (name.startswith(CORE_LIBS) and re.match(r"/(usr/)?lib", path) is not None)
+    return False
 
 
 def cap(text: str) -> str:

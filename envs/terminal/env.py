@@ -45,7 +45,8 @@ Progress on the checked outputs is not scored per step: the tests are hidden fro
 Backends: `sandbox="docker"` (default; tasks with environment/Dockerfile need it: the image is
 built once with no network and cached by content hash) or "bwrap" (tasks with setup.sh only).
 On docker the agent and the verifier run as the task image's USER (Harbor's default: root) in
-its WORKDIR; the bundled images name the non-root `agent`. bwrap has no images: its agent is
+its WORKDIR; a task with no environment/ runs as root in /app (images/harbor, Harbor's default);
+the bundled tasks' image names the non-root `agent`. bwrap has no images: its agent is
 an unprivileged uid of its own in /work, whatever the task.
 Harbor's task.toml (tasks.py) sets per task: the episode deadline (the smaller of it and
 `episode_timeout_s`), the verifier's timeout, the image build's timeout, and the sandbox's
@@ -202,12 +203,15 @@ class TerminalEnv(AgentEnv):
             return open_sandbox("bwrap", None, limits)
         from envs.sandbox import images  # needs the docker package: imported only for docker
 
-        key = task.meta["dir"] if task.meta["dockerfile"] else ""  # "": the default sandbox image
+        # the task's own image; none and no environment/ at all: Harbor's default (root in /app);
+        # environment/ without a Dockerfile (the bundled tasks): the non-root sandbox image
+        recipe = None if task.meta["dockerfile"] else ("sandbox" if task.meta["environment"] else "harbor")
+        key = recipe or task.meta["dir"]
         if key not in self._images:  # looked up (or built) once per env, not per episode
             build = {"timeout": task.meta["build_timeout_s"]} if task.meta["build_timeout_s"] else {}
-            self._images[key] = (images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}",
-                                                    substitute=self.base_image, **build)
-                                 if key else images.ensure_image("sandbox"))
+            self._images[key] = (images.ensure_image(recipe) if recipe else
+                                 images.build_image(Path(key) / "environment", name=f"terminal-{task.task_id.lower()}",
+                                                    substitute=self.base_image, **build))
         # user None: the image's USER (root when it names none), as Harbor runs its tasks
         return open_sandbox("docker", self._images[key], limits, pool_size=self.pool_size, verifier=True, user=None)
 

@@ -6,6 +6,8 @@ A task is a folder holding:
                           `FROM ${BASE}` (BASE is the project's base image tag), or FROM any
                           image this machine has (Harbor's own tasks); the agent and the
                           verifier run as its USER (root when it names none) in its WORKDIR
+                          (no environment/ at all: Harbor's default, root in /app, on docker;
+                          with environment/ but no Dockerfile: the non-root `agent` in its home)
   environment/setup.sh    optional: run in the sandbox's work dir before the episode (fast: no
                           image build); the rest of environment/ sits next to it while it runs
   tests/test.sh           the verifier: writes a reward in [0, 1] to /logs/verifier/reward.txt
@@ -95,6 +97,7 @@ def load_task(folder: str | Path) -> Task:
         meta={
             "dir": str(d),
             "dockerfile": (env_dir / "Dockerfile").is_file(),
+            "environment": env_dir.is_dir(),  # none: Harbor's default image (root in /app)
             "setup": (env_dir / "setup.sh").is_file(),
             "verifier_timeout_s": verifier_timeout,
             "agent_timeout_s": agent_timeout,  # None: the env's episode deadline alone

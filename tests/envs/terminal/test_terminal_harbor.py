@@ -164,3 +164,84 @@ def test_task_toml_timeouts_fire_and_limits_bind(tmp_path, backend):
         assert reward == -1.0 and data["reward"] == 0.0 and "[verifier timed out]" in data["verifier_log"]
     finally:
         env.close()
+
+
+# ---- Harbor's defaults: no environment/ -------------------------------------------------------------
+# A task with only instruction.md, tests/ and solution/. Its solution installs a tool the way a
+# package would (a command on PATH, a Python module in site-packages, a config file in /etc) and
+# writes /app; its tests use all three.
+INSTALL = """mkdir -p /app && echo solved > /app/answer.txt
+printf '#!/bin/sh\\necho hello\\n' > /usr/local/bin/greet && chmod +x /usr/local/bin/greet
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])') && mkdir -p "$site/greetlib" && echo 'WORD = "hello"' > "$site/greetlib/__init__.py"
+mkdir -p /etc/greet && echo 'word=hello' > /etc/greet/greet.conf
+"""
+INSTALL_TEST = """#!/bin/bash
+mkdir -p /logs/verifier
+if grep -qx solved /app/answer.txt && [ "$(greet)" = hello ] && grep -qx word=hello /etc/greet/greet.conf \\
+   && python3 -c 'import greetlib, sys; sys.exit(greetlib.WORD != "hello")'; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+SITE = "$(python3 -c 'import site; print(site.getsitepackages()[0])')"
+# Each would give +1 without solving the task if the verifier trusted what the agent can touch.
+ROOT_ATTACKS = {
+    "planted sitecustomize": (f"echo 'import os; os.makedirs(\"/logs/verifier\", exist_ok=True); "
+                              f"open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\"); os._exit(0)' > {SITE}/sitecustomize.py"),
+    "planted .pth": (f"echo 'import os; os.makedirs(\"/logs/verifier\", exist_ok=True); "
+                     f"open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\"); os._exit(0)' > {SITE}/zz.pth"),
+    "shadowed python3": "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3",
+    "replaced grep": "printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/grep",
+    "PATH and login-file hooks": ("mkdir -p /fake && printf '#!/bin/sh\\nexit 0\\n' > /fake/grep && cp /fake/grep /fake/python3 && "
+                                  "chmod +x /fake/* && echo 'PATH=/fake:$PATH' >> /etc/environment && "
+                                  "echo 'export PATH=/fake:$PATH' | tee -a /etc/profile /etc/bash.bashrc /root/.bashrc >/dev/null"),
+    "background writer": ("nohup sh -c 'until [ -e /tests/test.sh ]; do sleep 0.01; done; while :; do "
+                          "echo 1 > /logs/verifier/reward.txt; sleep 0.01; done' >/dev/null 2>&1 &"),
+}
+
+
+def _bare_task(root, name: str, solve: str, test_sh: str):
+    d = root / name
+    for sub in ("solution", "tests"):
+        (d / sub).mkdir(parents=True)
+    (d / "instruction.md").write_text("Do it.\n")
+    (d / "solution" / "solve.sh").write_text(solve)
+    (d / "tests" / "test.sh").write_text(test_sh)
+    (d / "tests" / "check.py").write_text("assert open('/app/answer.txt').read().strip() == 'solved'\n")
+
+
+@pytest.mark.docker
+def test_task_without_environment_runs_as_root_in_app_and_may_install(tmp_path):
+    _bare_task(tmp_path, "install-tool", INSTALL, INSTALL_TEST)
+    attack_test = ("#!/bin/bash\nmkdir -p /logs/verifier\nif grep -qx solved /app/answer.txt && python3 /tests/check.py; "
+                   "then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+    _bare_task(tmp_path, "attacked", "mkdir -p /app && echo solved > /app/answer.txt\n", attack_test)
+    env = TerminalEnv(tasks_dir=str(tmp_path), sandbox="docker", pool_size=1)
+    try:
+        reward, infos = _run(env, "install-tool", [bash("id -u; pwd"), SUBMIT])
+        assert infos[0]["next_state"].data["stdout"].split() == ["0", "/app"] and reward == -1.0
+        reward, infos = _run(env, "install-tool", env.load_task("install-tool").oracle)
+        data = infos[-1]["next_state"].data
+        assert reward == 1.0 and data["tampered"] == [], data  # a system change its tests need is no tampering
+        assert "A /usr/local/bin/greet" in data["changed_outside"] and any("/etc/greet" in c for c in data["changed_outside"])
+        for name, attack in ROOT_ATTACKS.items():
+            reward, infos = _run(env, "attacked", [bash(attack), SUBMIT])
+            assert reward == -1.0, (name, infos[-1]["next_state"].data)
+            if name in ("planted sitecustomize", "planted .pth", "shadowed python3", "replaced grep"):
+                assert infos[-1]["next_state"].data["tampered"], name
+        reward, infos = _run(env, "attacked", env.load_task("attacked").oracle)
+        assert reward == 1.0, infos[-1]["next_state"].data
+    finally:
+        env.close()
+
+
+@pytest.mark.docker
+def test_bundled_tasks_keep_their_non_root_user():
+    env = TerminalEnv(sandbox="docker", pool_size=1)
+    try:
+        env.reset(options={"task_id": env.task_ids()[0]})
+        _, _, _, _, info = env.step(bash("id -un"))
+        assert info["next_state"].data["stdout"].strip() == "agent"
+    finally:
+        env.close()
