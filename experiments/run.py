@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs import progress
 from envs.base import ForkError
+from agent import host_memory
 from agent.policy.base import PolicyUnavailable
 from agent.rollout import TRACEBACKS, EpisodesFailed
 from envs.sandbox.sweeper import sigterm_as_sigint
@@ -154,6 +155,7 @@ def main(cfg: DictConfig) -> None:
     last = trained[-1] if trained else {}
     for line in heldout_curve(rows):
         log.info("%s", line)
+    log.info("%s", host_memory.phase_line())
     log.info("done: %d steps, outcome_mean=%s, run dir %s", len(trained), last.get("outcome_mean"), runlog.dir)
 
 

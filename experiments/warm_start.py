@@ -46,18 +46,26 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
     if bool(cfg.resume) and (model / "config.json").is_file():
         log.info("warm start: reusing %s", model)
     else:
-        async with AsyncExitStack() as stack:  # the starting model's policy, stopped before SFT loads its own
-            policy = build_policy(cfg, stack)
-            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
-            if evaluator is not None:
-                before = {"phase": BEFORE, **await evaluator()}
-        async with AsyncExitStack() as stack:
-            sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
-            rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)
-        del sft, demos  # the SFT learner's weights and optimizer state go before RL loads its own
-        host_memory.trim()
+        with host_memory.PHASES.phase("warm start"):
+            before = await _run(cfg, make_env, ws, split)
         ws.close()
-        log.info("warm start: %s; RL starts from it", sft_summary(rows))
     with open_dict(cfg):
         cfg.model.path = str(model.resolve())
+    return before
+
+
+async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, split: TaskSplit) -> dict[str, Any] | None:
+    """The starting model's held-out figures (None when nothing is held out), then SFT."""
+    before: dict[str, Any] | None = None
+    async with AsyncExitStack() as stack:  # the starting model's policy, stopped before SFT loads its own
+        policy = build_policy(cfg, stack)
+        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
+        if evaluator is not None:
+            before = {"phase": BEFORE, **await evaluator()}
+    async with AsyncExitStack() as stack:
+        sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
+        rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)
+    del sft, demos  # the SFT learner's weights and optimizer state go before RL loads its own
+    host_memory.trim()
+    log.info("warm start: %s; RL starts from it", sft_summary(rows))
     return before

@@ -168,6 +168,11 @@ def step_summary(row: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+async def _evaluate(evaluator: Evaluator) -> dict[str, Any]:
+    with host_memory.PHASES.phase("eval"):
+        return await evaluator()
+
+
 async def run_loop(
     runner: RolloutSource,
     cfg: LoopConfig,
@@ -184,7 +189,8 @@ async def run_loop(
     async def rollouts(step: int) -> tuple[list[Episode], float]:
         t0 = time.monotonic()
         on_turn = trainer.on_turn if trainer is not None else None
-        return await runner.run(make_jobs(task_ids, step, cfg), on_turn=on_turn), time.monotonic() - t0
+        with host_memory.PHASES.phase("rollouts"):
+            return await runner.run(make_jobs(task_ids, step, cfg), on_turn=on_turn), time.monotonic() - t0
 
     nxt: asyncio.Task | None = asyncio.create_task(rollouts(start_step)) if start_step < cfg.steps else None
     t_last = time.monotonic()  # wall time per step counts overlapped rollouts once
@@ -192,7 +198,7 @@ async def run_loop(
     # trains) when eval_due(k); the figures after the last update go into one more,
     # evaluation-only row. Without a trainer the policy never changes: its first row has them.
     due = evaluator is not None and start_step < cfg.steps and eval_due(start_step, cfg, start_step)
-    held_out = await evaluator() if due else {}
+    held_out = await _evaluate(evaluator) if due else {}
     try:
         for step in range(start_step, cfg.steps):
             assert nxt is not None
@@ -207,7 +213,8 @@ async def run_loop(
             t1 = time.monotonic()
             t_score_wait = 0.0
             if trainer is not None:
-                out = await trainer.train(step, turns)
+                with host_memory.PHASES.phase("train"):
+                    out = await trainer.train(step, turns)
                 row.update(out.metrics)
                 policy_version, turns, t_score_wait = out.policy_version, out.turns, out.score_wait_s
             else:
@@ -217,7 +224,7 @@ async def run_loop(
             held_out = {}
             t2 = time.monotonic()
             if evaluator is not None and trainer is not None and eval_due(step + 1, cfg, start_step):
-                held_out = await evaluator()
+                held_out = await _evaluate(evaluator)
             t_eval = time.monotonic() - t2
             row["policy_version"] = policy_version
             row["memory"] = host_memory.usage_gb()

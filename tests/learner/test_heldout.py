@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -179,8 +180,12 @@ def test_training_never_draws_a_held_out_task_and_evaluates_on_schedule(trained_
             assert r["heldout/pass@1_lo"] <= r["heldout/pass@1"] <= r["heldout/pass@1_hi"]
     trained = [r for r in rows if not r.get("eval_only")]
     assert all(0.05 < r["memory"]["rss_gb"] <= r["memory"]["peak_rss_gb"] for r in trained)  # host memory per step
+    phases = trained[-1]["memory"]["phase_peak_gb"]  # the peak while each phase ran, none above the run's
+    assert set(phases) == {"rollouts", "train", "eval"}, phases
+    assert all(0.05 < gb <= trained[-1]["memory"]["peak_rss_gb"] + 1e-6 for gb in phases.values()), phases
     printed = (trained_run / "stdout.txt").read_text()  # the run ends with its held-out curve
     assert "held-out pass@1 (95% CI) after N updates:" in printed and "start (after 0)" in printed
+    assert re.search(r"peak RSS [\d.]+ GB \(rollouts [\d.]+, train [\d.]+, eval [\d.]+ GB by phase\)", printed), printed[-2000:]
     assert all(f"  {k:>4}: " in printed for k in (0, 2, 4, 5))
 
 
