@@ -2,7 +2,7 @@
 requests, against transformers' own batched `generate` on the same prompts, same model object,
 same run. Every side generates exactly max_new_tokens per prompt (ignore_eos / min_new_tokens).
 
-Goals (issue 2): engine at N concurrent >= 0.9x batched generate, and >= 3x its own sequential.
+Goals: engine at N concurrent >= 0.9x batched generate, and >= 3x its own sequential.
 `python -m experiments.bench engine [--model tiny] [--concurrency 8] [--max-new-tokens 64]`
 
 `--case multiturn`: N concurrent episodes of --turns turns over a ~--prompt-tokens chat prompt

@@ -25,7 +25,7 @@ K * sum(r); a trunk forked into K branches at turn t samples sum(r_<t) once and 
 (each branch taken as long as the recorded continuation). saved = 1 - branched / independent,
 averaged over episodes, at t = the middle turn (`_mid`) and at the last turn (`_last`: every turn
 but the last shared). Turns are counted from 0.
-Goal (issue 20): a terminal fork under 250 ms p50 (`goal_met`, on every backend measured).
+Goal: a terminal fork under 250 ms p50 (`goal_met`, on every backend measured).
 """
 from __future__ import annotations
 

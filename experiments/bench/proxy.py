@@ -11,7 +11,7 @@ recording). Rounds alternate direct and proxied so load from neighbours hits bot
 Also reported: the proxy's own time per request from its Server-Timing header, and the CPU time
 the proxy process adds per request (the figure least moved by a loaded machine).
 
-Goal (issue 8): added p50 under 5 ms at 64 concurrent sessions.
+Goal: added p50 under 5 ms at 64 concurrent sessions.
 `python -m experiments.bench proxy [--concurrency 1 64] [--requests 4] [--rounds 3] [--max-tokens 4]`
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ in short adjacent pairs of alternating order, so both see the same machine:
 Also: each side's CPU time in this process per command (the harness's own cost, which other
 jobs' load blurs less than rates), warm-pool acquire latency (p50/p99, the pool refilled
 between acquires) and the daemon's container create+start rate with several threads.
-Goals (issue 4): harness >= 0.8x raw at 128; warm acquire p50 < 20 ms.
+Goals: harness >= 0.8x raw at 128; warm acquire p50 < 20 ms.
 """
 from __future__ import annotations
 

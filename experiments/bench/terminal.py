@@ -7,7 +7,7 @@ happens ahead of demand as in a run. Each env counts the wall time its thread sp
 calls (pool acquire, exec, copy in); the rest of the episodes' time is the harness: the env's
 parsing and rendering, the runner, the actor, thread scheduling.
   sandbox_share = sum of sandbox time / sum of episode durations;  overhead = 1 - sandbox_share.
-Goal (issue 5): overhead < 10% at 128.
+Goal: overhead < 10% at 128.
 """
 from __future__ import annotations
 
