@@ -62,6 +62,7 @@ async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, sp
         evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
         if evaluator is not None:
             before = {"phase": BEFORE, **await evaluator()}
+    host_memory.trim()  # what the stopped engine's thread freed, before SFT allocates its own
     async with AsyncExitStack() as stack:
         sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
         rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)
