@@ -264,3 +264,19 @@ def test_the_quickstart_job_composes_and_ends_with_its_held_out_curve(tmp_path):
     cfg = (tmp_path / "q" / "config.yaml").read_text()
     assert "name: reasoning" in cfg and "name: outcome" in cfg
     assert (tmp_path / "q" / "checkpoints" / "latest" / "model" / "model.safetensors").is_file()  # the final weights
+
+
+@pytest.mark.slow
+def test_learn_toolcall_warm_starts_then_reports_rls_own_rise(tmp_path):
+    # The learn-toolcall recipe with the tiny model and one update: oracle demonstrations of the
+    # python tool, SFT, an outcome update, and the curve's line on RL's own rise from after 0.
+    p = run_cli("+experiment=learn-toolcall", "model=tiny", "steps=1", "warm_start.n_demos=4", "warm_start.epochs=1",
+                "eval.n_tasks=4", "n_envs=4", "tasks_per_step=2", "group_size=2", "sampling.max_new_tokens=8",
+                f"run_dir={tmp_path}/t", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout + p.stderr
+    assert "RL's own: warm-started (after 0) " in out and "peak RSS " in out
+    demos = json.loads((tmp_path / "t" / "warm_start" / "demos.json").read_text())
+    assert len(demos["train"]["task_ids"]) == 4 and not set(demos["train"]["task_ids"]) & set(demos["split"]["held_out"])
+    cfg = (tmp_path / "t" / "config.yaml").read_text()
+    assert "name: toolcall" in cfg and "name: outcome" in cfg and "max_turns: 3" in cfg
