@@ -99,3 +99,17 @@ def test_gymnasium_style_subclass_calls_super_reset_and_trains_on_its_verdicts(t
     votes = {t["next_state"]["data"]["verdict"]: t["prm"]["score"] for t in turns}
     assert votes and all(score == verdict for verdict, score in votes.items())  # the rules judge read the env's verdict
     assert rows[0]["policy_version"] == 1  # it trained
+
+
+@pytest.mark.parametrize("mode", ["outcome", "combine"])
+def test_gymnasium_style_subclass_trains_in_the_other_modes(tmp_path, mode):
+    """The docs' Gymnasium-style env (own reset/step, hints in its info) under outcome (its summed
+    rewards) and combine (PRM votes from its verdicts, OPD from its hints)."""
+    rows, turns = _run(tmp_path, "docs.examples.guess_number_gym:GuessNumberGymEnv", f"mode={mode}", "judge=rules",
+                       "env.n_seeds=50", "env.high=4", "env.max_turns=2")
+    assert all(t["task_id"].startswith("seed-") for t in turns)
+    assert rows[0]["policy_version"] == 1 or rows[0]["train"].get("skipped"), rows[0]
+    if mode == "combine":
+        assert rows[0]["prm_score_mean"] is not None and "opd_accept_rate" in rows[0]
+    else:
+        assert {t["outcome"] for t in turns} <= {-1.0, 0.0, 1.0}
