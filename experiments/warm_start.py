@@ -5,17 +5,28 @@ the held-out evaluation of the starting model (the same split and evaluator RL u
 demonstrations with warm_start's settings (mode=sft's keys). The RL run then starts from that
 checkpoint: cfg.model.path points at it, so the engine, the learner and a frozen OPD teacher all
 load the warm-started weights. A resumed run (resume=true) reuses a finished warm start.
+
+`warm_start.cache=true` keeps the checkpoint and its rows in $OPENCLAW_CACHE/warm_starts (default
+.cache/), keyed by everything that decides them (`cache_key`), and a later run with the same
+settings starts from it at once; run_dir/warm_start then holds the cached rows and `cached_from`.
+A model folder changed in place keeps its key: clear the cache folder then.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import shutil
+import tempfile
+from pathlib import Path
 from contextlib import AsyncExitStack
 from typing import Any, Callable
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent import host_memory
+from agent.policy.models import cache_base
 from envs.base import AgentEnv, TaskSplit
 from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft
 from learner.compute_thread import on_learner_thread
@@ -43,15 +54,53 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
     ws = RunLog(runlog.dir / "warm_start")
     model = ws.checkpoints / "latest" / "model"
     before: dict[str, Any] | None = None
+    cached = cache_dir(cfg) if bool(cfg.warm_start.get("cache", False)) else None
     if bool(cfg.resume) and (model / "config.json").is_file():
         log.info("warm start: reusing %s", model)
+    elif cached is not None and (cached / "model" / "config.json").is_file():
+        log.info("warm start: reusing the cached one with these settings, %s", cached)
+        shutil.copy2(cached / "metrics.jsonl", ws.dir / "metrics.jsonl")  # the run's record names what it started from
+        (ws.dir / "cached_from").write_text(f"{cached}\n")
+        rows = [json.loads(line) for line in (cached / "metrics.jsonl").read_text().splitlines()]
+        before = {k: v for k, v in rows[0].items() if k.startswith("heldout/") or k == "phase"} or None
+        model = cached / "model"
     else:
         with host_memory.PHASES.phase("warm start"):
             before = await _run(cfg, make_env, ws, split)
         ws.close()
+        if cached is not None:
+            _store(model, ws.dir / "metrics.jsonl", cached)
+            log.info("warm start: cached as %s (warm_start.cache=false: always run it)", cached)
     with open_dict(cfg):
         cfg.model.path = str(model.resolve())
     return before
+
+
+def cache_key(cfg: DictConfig) -> str:
+    """What decides a warm start's checkpoint and its 'before' figures: the model, the env, the
+    warm start's settings, the learner's, the held-out evaluation's, the seed and the context."""
+    parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "env", "warm_start", "learner", "eval")}
+    parts.update(seed=cfg.seed, max_context=cfg.max_context, sampling=OmegaConf.to_container(cfg.sampling, resolve=True))
+    parts["warm_start"].pop("cache", None)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_dir(cfg: DictConfig) -> Path:
+    return cache_base() / "warm_starts" / f"{cfg.env.name}-{cache_key(cfg)}"
+
+
+def _store(model: Path, metrics: Path, cached: Path) -> None:
+    """Copy the checkpoint and its rows into the cache whole or not at all (a rename)."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cached.name}-", dir=cached.parent))
+    try:
+        shutil.copytree(model, tmp / "model")
+        shutil.copy2(metrics, tmp / "metrics.jsonl")
+        if cached.exists():  # a concurrent run stored it first: theirs stands
+            return
+        tmp.rename(cached)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, split: TaskSplit) -> dict[str, Any] | None:

@@ -157,8 +157,13 @@ def tiny_model(seed: int = 0) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast
     return model, tok
 
 
+def cache_base() -> Path:
+    """Where the project caches what it makes (models, warm starts): $OPENCLAW_CACHE or .cache/."""
+    return Path(os.environ.get("OPENCLAW_CACHE") or Path(__file__).resolve().parents[2] / ".cache")
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("OPENCLAW_CACHE") or Path(__file__).resolve().parents[2] / ".cache") / "models"
+    return cache_base() / "models"
 
 
 def smollm2_dir() -> Path:

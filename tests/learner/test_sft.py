@@ -252,6 +252,27 @@ def test_warm_start_runs_sft_first_and_rl_trains_on_from_its_checkpoint(tmp_path
 
 
 @pytest.mark.slow
+def test_a_cached_warm_start_is_reused_by_a_run_with_the_same_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_CACHE", str(tmp_path / "cache"))  # the runs below inherit it
+    args = [*TOY, "mode=outcome", "model=tiny", "warm_start=sft", "warm_start.cache=true", "warm_start.n_demos=4",
+            "warm_start.epochs=1", "warm_start.batch_size=4", "eval.n_tasks=2", "steps=1", "tasks_per_step=2",
+            "group_size=2", "sampling.max_new_tokens=4"]
+    p = run_cli(*args, f"run_dir={tmp_path}/a")
+    assert p.returncode == 0 and "warm start: cached as" in p.stdout + p.stderr, p.stderr[-3000:]
+    (cached,) = (tmp_path / "cache" / "warm_starts").iterdir()  # stored whole: no half-copied folder beside it
+    assert cached.name.startswith("custom-") and (cached / "model" / "model.safetensors").is_file()
+    p = run_cli(*args, f"run_dir={tmp_path}/b")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "warm start: reusing the cached one" in out, p.stderr[-3000:]
+    assert not (tmp_path / "b" / "warm_start" / "demos.json").exists()  # no demonstrations, no SFT
+    assert (tmp_path / "b" / "warm_start" / "cached_from").read_text().strip() == str(cached)
+    assert "  before warm start: " in out  # the cached figures of the starting model lead the curve
+    p = run_cli(*args, "warm_start.epochs=2", f"run_dir={tmp_path}/c")  # other settings: a warm start of their own
+    assert p.returncode == 0 and "warm start: cached as" in p.stdout + p.stderr, p.stderr[-3000:]
+    assert len(list((tmp_path / "cache" / "warm_starts").iterdir())) == 2
+
+
+@pytest.mark.slow
 def test_the_quickstart_job_composes_and_ends_with_its_held_out_curve(tmp_path):
     # README command 1 with the tiny model and one update: its parts as they are (reasoning-gym,
     # the warm start, the outcome update, the held-out curve); the real job's figures are in docs/results.md
