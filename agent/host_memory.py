@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import time
 from typing import Iterator
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -80,7 +81,7 @@ class PhasePeaks:
                 now = rss_bytes()
                 for name in self._open:
                     self._peaks[name] = max(self._peaks[name], now)
-            threading.Event().wait(self.period_s)
+            time.sleep(self.period_s)
 
     def peaks_gb(self) -> dict[str, float]:
         with self._lock:

@@ -19,19 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent.policy.models import cpu_flags
+
 KEPT = ("metrics.jsonl", "config.yaml", "tasks.json", "demos.json")
 
 
 def machine(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     """The CPU model, the flags that decide the engine's and learner's precision, and threads."""
-    model, flags = platform.processor() or "unknown", set()
+    model, flags = platform.processor() or "unknown", cpu_flags(cpuinfo)
     try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
+        model = next((line.partition(":")[2].strip() for line in Path(cpuinfo).read_text().splitlines()
+                      if line.partition(":")[0].strip() == "model name"), model)
     except OSError:
         pass
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
