@@ -22,7 +22,7 @@ from envs.base import AgentEnv, AnyText, ForkError, NextState, Status, StepResul
 from envs.gui.browser import BrowserError, BrowserPool
 from envs.gui.commands import ActionError, Command, fmt_num, parse_command, tool_schemas
 from envs.gui.screen import Screen, describe_changes, diff_listing
-from envs.gui.tasks import SOLVERS, TASKS, NoSolution
+from envs.gui.tasks import SOLVERS, NoSolution, check_families, parse_task_id, task_ids
 from envs.gui.verdict import field_progress, verdict
 
 SYSTEM_PROMPT = """You operate a graphical user interface to complete the task in the instruction.
@@ -40,8 +40,11 @@ _episodes = itertools.count()
 
 
 class GuiEnv(AgentEnv):
-    """A GUI env. `tasks`: MiniWoB task names, "oracle" (those with scripted solvers) or None
-    (all); `backend="miniwob"` (default) or `"osworld"` (see envs/gui/osworld.py);
+    """A GUI env. `families`: MiniWoB task names, "oracle" (those with scripted solvers) or None
+    (all); `seeds_per_family`: N poses tasks `family/seed` for seeds 0..N-1 (each a fixed page,
+    so training and held-out tasks are instances of the same families), None poses the bare
+    families (a fresh page from the episode's seed each reset); `backend="miniwob"` (default)
+    or `"osworld"` (see envs/gui/osworld.py, whose tasks its own `osworld.tasks` names);
     `pool` shares browsers between envs (the env makes its own when None and closes it on
     close()); `screenshot_dir` saves each screenshot as PNG and puts its path in the data.
 
@@ -56,7 +59,8 @@ class GuiEnv(AgentEnv):
     def __init__(
         self,
         max_turns: int = 15,
-        tasks: list[str] | str | None = None,
+        families: list[str] | str | None = None,
+        seeds_per_family: int | None = None,
         backend: str = "miniwob",
         pool: BrowserPool | None = None,
         episode_time_s: float = 3600.0,
@@ -67,21 +71,19 @@ class GuiEnv(AgentEnv):
         if backend == "miniwob":
             from envs.gui.miniwob_backend import MiniwobBackend
 
-            if tasks == "oracle":  # the tasks with scripted solvers (for policy=oracle)
-                tasks = list(SOLVERS)
-            unknown = sorted(set(tasks or ()) - set(TASKS))
-            if unknown:
-                raise ValueError(f"unknown GUI task(s) {unknown}; known: {', '.join(TASKS)}")
+            self._families: tuple[str, ...] | None = check_families(families)
+            self._task_ids = task_ids(self._families, seeds_per_family)
             self._own_pool = pool is None
             self.pool = BrowserPool(max_idle=1) if pool is None else pool
             self.backend = MiniwobBackend(self.pool, episode_time_s)
-            self._task_ids = list(tasks or TASKS)
         elif backend == "osworld":
             from envs.gui.osworld import OSWorldBackend
 
-            self._own_pool, self.pool = False, None
+            if families is not None:  # seeds_per_family has a default in env=gui; it means nothing here
+                raise ValueError("families picks MiniWoB pages; OSWorld's tasks are osworld.tasks")
+            self._own_pool, self.pool, self._families = False, None, None
             self.backend = OSWorldBackend(**(osworld or {}))
-            self._task_ids = list(tasks or self.backend.task_ids())
+            self._task_ids = list(self.backend.task_ids())
         else:
             raise ValueError(f"unknown GUI backend {backend!r}; use miniwob or osworld")
         width, height = self.backend.screen_size
@@ -100,9 +102,16 @@ class GuiEnv(AgentEnv):
         return list(self._task_ids)
 
     def load_task(self, task_id: str) -> Task:
-        if task_id not in self._task_ids:
-            raise ValueError(f"unknown GUI task {task_id!r}; known: {', '.join(self._task_ids)}")
-        return Task(task_id=task_id, prompt=f"GUI task {task_id}. The page:", meta={"has_oracle": task_id in SOLVERS})
+        """An OSWorld task, or a MiniWoB page: `family/seed` (any seed) or `family` of a posed family."""
+        if self._families is None:
+            if task_id not in self._task_ids:
+                raise ValueError(f"unknown OSWorld task {task_id!r}; known: {', '.join(self._task_ids)}")
+            return Task(task_id=task_id, prompt=f"GUI task {task_id}. The page:")
+        family, page_seed = parse_task_id(task_id)
+        if family not in self._families:
+            raise ValueError(f"GUI task {task_id!r} is not of a posed family ({', '.join(self._families)})")
+        return Task(task_id=task_id, prompt=f"GUI task {family}. The page:",
+                    meta={"family": family, "page_seed": page_seed, "has_oracle": family in SOLVERS})
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -111,14 +120,16 @@ class GuiEnv(AgentEnv):
         return tool_schemas()
 
     def _start(self, task: Task) -> NextState:
-        seed = int(self.np_random.integers(2**31 - 1))
-        self.episode_id = f"{task.task_id}-{seed}-{next(_episodes)}"
+        seed = task.meta.get("page_seed")
+        if seed is None:  # a bare family (or an OSWorld task): a fresh page from the episode's seed
+            seed = int(self.np_random.integers(2**31 - 1))
+        self.episode_id = f"{self._page(task).replace('/', '-')}-{seed}-{next(_episodes)}"
         self._seed, self._performed = seed, []
         try:
-            self.screen = self.backend.start(task.task_id, seed)
+            self.screen = self.backend.start(self._page(task), seed)
         except BrowserError:  # a browser that died between episodes: one retry on a fresh one
             self.backend.release(broken=True)
-            self.screen = self.backend.start(task.task_id, seed)
+            self.screen = self.backend.start(self._page(task), seed)
         data = self._base_data(self.screen)
         data.update(screenshot=self._save(self.screen))
         return NextState(role="user", content=self.screen.text(), kind="screen", data=data)
@@ -158,7 +169,7 @@ class GuiEnv(AgentEnv):
         """The scripted solver's next command for the current page (NoSolution if the task has
         no solver or the page is not what the solver expects)."""
         assert self.task is not None and self.screen is not None, "call reset() first"
-        solver = SOLVERS.get(self.task.task_id)
+        solver = SOLVERS.get(self.task.meta.get("family", ""))
         if solver is None:
             raise NoSolution(f"task {self.task.task_id} has no scripted solver")
         return solver(self.screen, self.turn)
@@ -202,7 +213,7 @@ class GuiEnv(AgentEnv):
         pool = BrowserPool(max_idle=1) if self._own_pool else None
         backend = MiniwobBackend(self.pool if pool is None else pool, self.backend.episode_ms / 1000)
         try:
-            screen = backend.start(self.task.task_id, self._seed)
+            screen = backend.start(self._page(self.task), self._seed)
             for cmd in self._performed:
                 screen, _ = self._perform(backend, cmd, screen)
             if (screen.text(), screen.fields, screen.done, screen.raw_reward) != (
@@ -241,6 +252,11 @@ class GuiEnv(AgentEnv):
         return {"screenshot": self.screen.image.copy(), "text": text}
 
     # ---- helpers -------------------------------------------------------------------------
+    @staticmethod
+    def _page(task: Task) -> str:
+        """What the backend opens: the MiniWoB family, or the OSWorld task id."""
+        return task.meta.get("family", task.task_id)
+
     def _check(self, cmd: Command, screen: Screen) -> str | None:
         """Why a parsed command cannot run on this screen, or None."""
         if cmd.name in ("click", "type") and screen.find(cmd.args[0]) is None:

@@ -1,20 +1,25 @@
-"""The MiniWoB++ tasks GuiEnv poses, and scripted oracle solvers for some of them.
+"""The MiniWoB++ task families GuiEnv poses, their task ids, and scripted oracle solvers.
 
-A solver reads the current page (a `Screen`: elements, values, miniwob's task fields) and the
-turn number, and returns the next command as text, so the oracle works on every random
-instance of its task. Tasks without a solver are still posed; their oracle is unknown.
+A family is a MiniWoB page; its generator draws a new instance from a seed, so a task is a
+(family, seed) pair, id `family/seed` (`click-button/17`), and a bare family name is a fresh
+instance each episode. A solver reads the current page (a `Screen`: elements, values,
+miniwob's task fields) and the turn number, and returns the next command as text, written as
+the system prompt asks a policy to write it (these become the warm start's demonstrations).
+Families without a solver are still posed; their oracle is unknown.
 """
 from __future__ import annotations
 
+import itertools
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from envs.gui.screen import Element, Screen, norm_text
 
 Solver = Callable[[Screen, int], str]
 
-#: Every task the env poses (MiniWoB page names). Chosen to need only clicks, typing and keys.
-TASKS: tuple[str, ...] = (
+#: Every family the env poses (MiniWoB page names). Chosen to need only clicks, typing and keys.
+FAMILIES: tuple[str, ...] = (
     "click-test", "click-test-2", "click-button", "click-link", "unicode-test", "focus-text",
     "focus-text-2", "enter-text", "enter-text-2", "enter-password", "login-user", "click-option",
     "click-checkboxes", "click-button-sequence", "click-dialog", "click-dialog-2", "click-tab",
@@ -28,6 +33,36 @@ class NoSolution(RuntimeError):
     """The page does not look the way the solver expects."""
 
 
+def check_families(families: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The families asked for: names, "oracle" (those with solvers) or None (all); an unknown
+    name raises ValueError."""
+    if families == "oracle":
+        return tuple(SOLVERS)
+    names = FAMILIES if families is None else (families,) if isinstance(families, str) else tuple(map(str, families))
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown or not names:
+        raise ValueError(f"unknown GUI families {unknown or '[]'}; choose among oracle, {', '.join(FAMILIES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def task_ids(families: Sequence[str], seeds_per_family: int | None) -> list[str]:
+    """`family/seed` for seeds 0..seeds_per_family-1 of each family, or the bare family names
+    (a fresh page each episode) when seeds_per_family is None."""
+    if seeds_per_family is None:
+        return list(families)
+    if int(seeds_per_family) < 1:
+        raise ValueError(f"seeds_per_family must be at least 1 (or null), got {seeds_per_family}")
+    return [f"{f}/{s}" for s, f in itertools.product(range(int(seeds_per_family)), families)]
+
+
+def parse_task_id(task_id: str) -> tuple[str, int | None]:
+    """(family, page seed or None for a fresh page each episode); ValueError if malformed."""
+    family, sep, seed = task_id.partition("/")
+    if family not in FAMILIES or sep and not seed.isdigit():
+        raise ValueError(f"malformed GUI task id {task_id!r}: ids look like 'click-button/17' or 'click-button' "
+                         f"(families: {', '.join(FAMILIES)})")
+    return family, int(seed) if sep else None
+
 
 def _find(screen: Screen, pred: Callable[[Element], bool], what: str) -> Element:
     for e in screen.elements:
@@ -37,7 +72,43 @@ def _find(screen: Screen, pred: Callable[[Element], bool], what: str) -> Element
 
 
 def _with_text(screen: Screen, text: str, roles: tuple[str, ...] | None = None) -> Element:
-    return _find(screen, lambda e: norm_text(e.text) == norm_text(text) and (roles is None or e.role in roles), f"element {text!r}")
+    """The element showing `text`: the same case first ("cancel" beside "Cancel"), then any case."""
+    fits = [e for e in screen.elements if norm_text(e.text) == norm_text(text) and (roles is None or e.role in roles)]
+    exact = [e for e in fits if " ".join(e.text.split()) == " ".join(text.split())]
+    if not fits:
+        raise NoSolution(f"no element {text!r} on the page")
+    return (exact or fits)[0]
+
+
+def _click(screen: Screen, target: Element) -> str:
+    """click(id), or click_xy at a pixel of the target that no later element covers when its
+    center is covered (pages may overlap buttons; the later one is drawn on top)."""
+    x0, y0, w, h = target.box
+    later = screen.elements[screen.elements.index(target) + 1:]
+    covers = [e.box for e in later if not _inside(e.box, target.box)]
+
+    def free(x: int, y: int) -> bool:
+        return not any(bx <= x < bx + bw and by <= y < by + bh for bx, by, bw, bh in covers)
+
+    cx, cy = (int(c) for c in target.center)
+    if free(cx, cy):
+        return f"click({target.ref})"
+    points = sorted(((x, y) for x in range(x0 + 1, x0 + w - 1) for y in range(y0 + 1, y0 + h - 1)),
+                    key=lambda p: (p[0] - cx) ** 2 + (p[1] - cy) ** 2)
+    for x, y in points:
+        if free(x, y):
+            return f"click_xy({x}, {y})"
+    raise NoSolution(f"element {target.ref} is covered by others")
+
+
+def _inside(inner: tuple[int, int, int, int], outer: tuple[int, int, int, int]) -> bool:
+    return outer[0] <= inner[0] and outer[1] <= inner[1] and inner[0] + inner[2] <= outer[0] + outer[2] \
+        and inner[1] + inner[3] <= outer[1] + outer[3]
+
+
+def _type(box: Element, value: str) -> str:
+    """type(id, "text") with double quotes, as the system prompt writes it."""
+    return f"type({box.ref}, {json.dumps(value, ensure_ascii=False)})"
 
 
 def _textboxes(screen: Screen) -> list[Element]:
@@ -45,11 +116,11 @@ def _textboxes(screen: Screen) -> list[Element]:
 
 
 def _click_target(screen: Screen, turn: int) -> str:
-    return f"click({_with_text(screen, screen.fields['target']).ref})"
+    return _click(screen, _with_text(screen, screen.fields["target"]))
 
 
 def _click_only_button(screen: Screen, turn: int) -> str:
-    return f"click({_find(screen, lambda e: e.role == 'button', 'button').ref})"
+    return _click(screen, _find(screen, lambda e: e.role == "button", "button"))
 
 
 def _fill_then_submit(values: Callable[[Screen], list[str]], submit: str) -> Solver:
@@ -64,8 +135,8 @@ def _fill_then_submit(values: Callable[[Screen], list[str]], submit: str) -> Sol
             if box.value != value:
                 if box.value:
                     raise NoSolution(f"text box {box.ref} already holds {box.value!r}")
-                return f"type({box.ref}, {value!r})"
-        return f"click({_with_text(screen, submit, ('button',)).ref})"
+                return _type(box, value)
+        return _click(screen, _with_text(screen, submit, ("button",)))
 
     return solve
 
@@ -80,7 +151,7 @@ def _focus_nth(screen: Screen, turn: int) -> str:
     n = int(screen.fields["target"])
     if not 1 <= n <= len(boxes):
         raise NoSolution(f"no text box number {n}")
-    return f"click({boxes[n - 1].ref})"
+    return _click(screen, boxes[n - 1])
 
 
 def _check_then_submit(targets: Callable[[Screen], set[str]], role: str) -> Solver:
@@ -90,8 +161,8 @@ def _check_then_submit(targets: Callable[[Screen], set[str]], role: str) -> Solv
         want = {norm_text(t) for t in targets(screen)}
         for e in screen.elements:
             if e.role == role and bool(e.checked) != (norm_text(e.label) in want):
-                return f"click({e.ref})"
-        return f"click({_with_text(screen, 'Submit', ('button',)).ref})"
+                return _click(screen, e)
+        return _click(screen, _with_text(screen, "Submit", ("button",)))
 
     return solve
 
@@ -101,22 +172,22 @@ def _checkbox_targets(screen: Screen) -> set[str]:
 
 
 def _sequence(screen: Screen, turn: int) -> str:
-    return f"click({_with_text(screen, 'ONE' if turn == 0 else 'TWO', ('button',)).ref})"
+    return _click(screen, _with_text(screen, "ONE" if turn == 0 else "TWO", ("button",)))
 
 
 def _close_dialog(screen: Screen, turn: int) -> str:
-    return f"click({_find(screen, lambda e: e.role == 'button' and not e.text, 'close button').ref})"
+    return _click(screen, _find(screen, lambda e: e.role == "button" and not e.text, "close button"))
 
 
 def _dialog_button(screen: Screen, turn: int) -> str:
     target = screen.fields["target"]
     if target.lower() == "x":  # the title bar's close button has an icon, not text
         return _close_dialog(screen, turn)
-    return f"click({_with_text(screen, target, ('button',)).ref})"
+    return _click(screen, _with_text(screen, target, ("button",)))
 
 
 def _tab(screen: Screen, turn: int) -> str:
-    return f"click({_with_text(screen, 'Tab #' + screen.fields['target'], ('link',)).ref})"
+    return _click(screen, _with_text(screen, "Tab #" + screen.fields["target"], ("link",)))
 
 
 _ARITH = re.compile(r"^\s*(-?\d+)\s*([-+*x/])\s*(-?\d+)\s*=\s*$")
@@ -138,7 +209,7 @@ SOLVERS: dict[str, Solver] = {
     "unicode-test": _click_target,
     "click-link": _click_target,
     "click-dialog-2": _dialog_button,
-    "focus-text": lambda screen, turn: f"click({_textboxes(screen)[0].ref})",
+    "focus-text": lambda screen, turn: _click(screen, _textboxes(screen)[0]),
     "focus-text-2": _focus_nth,
     "enter-text": _fill_then_submit(lambda s: [s.fields["target"]], "Submit"),
     "enter-text-2": _fill_then_submit(_enter_text_2, "Submit"),

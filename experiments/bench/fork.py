@@ -185,7 +185,7 @@ def gui(n: int) -> dict:
     shared = BrowserPool(max_idle=1)
     try:
         for name, pool in (("gui_fork", None), ("gui_fork_shared", shared)):
-            env = GuiEnv(max_turns=8, tasks=[GUI_TASK], pool=pool)
+            env = GuiEnv(max_turns=8, families=[GUI_TASK], pool=pool)
             try:
                 env.reset(seed=5, options={"task_id": GUI_TASK})
                 for _ in range(2):  # the user name, then the password typed

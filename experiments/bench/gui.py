@@ -25,7 +25,7 @@ def _ours(n: int) -> tuple[list[Callable[[int], None]], Callable[[int], None], C
     from envs.gui.env import GuiEnv
 
     pool = BrowserPool(max_idle=n)
-    envs = [GuiEnv(pool=pool, tasks=[TASK], max_turns=1000) for _ in range(n)]
+    envs = [GuiEnv(pool=pool, families=[TASK], max_turns=1000) for _ in range(n)]
     action = f"click_xy({SPOT[0]}, {SPOT[1]})"
 
     def reset(i: int) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from envs.gui.browser import CHROMIUM_ARGS, BrowserPool
 from envs.gui.env import GuiEnv
 from envs.gui.procs import browser_pids, kill_marked, owner_prefix
 from envs.gui.screen import image_content_part
-from envs.gui.tasks import SOLVERS, TASKS
+from envs.gui.tasks import FAMILIES, SOLVERS
 from tests.cli import REPO
 
 pytestmark = pytest.mark.browser
@@ -33,28 +34,36 @@ def env():
 
 
 def _run_oracle(env: GuiEnv, task: str, seed: int) -> tuple[float, list[dict]]:
+    """The oracle's episode: its reward and each step's info, with the oracle's text as "action"."""
     obs, info = env.reset(seed=seed, options={"task_id": task})
     infos = []
     while True:
-        obs, reward, terminated, truncated, info = env.step(env.oracle_action())
+        action = env.oracle_action()
+        obs, reward, terminated, truncated, info = env.step(action)
         assert obs in env.observation_space
-        infos.append(info)
+        infos.append({**info, "action": action})
         if terminated or truncated:
             return reward, infos
 
 
 def test_enough_tasks_and_solvers():
-    assert len(TASKS) >= 20 and len(set(TASKS)) == len(TASKS)
-    assert len(SOLVERS) >= 8 and set(SOLVERS) <= set(TASKS)
+    assert len(FAMILIES) >= 20 and len(set(FAMILIES)) == len(FAMILIES)
+    assert len(SOLVERS) >= 8 and set(SOLVERS) <= set(FAMILIES)
 
 
-@pytest.mark.parametrize("task", sorted(SOLVERS))
-def test_oracle_solves_task(env, task):
-    for seed in (0, 1):
-        reward, infos = _run_oracle(env, task, seed)
-        assert reward == 1.0, (task, seed, [i["next_state"].content for i in infos])
+# The oracle's commands are demonstrations: exactly as the system prompt writes them, nothing else.
+_PROMPT_FORMAT = re.compile(r'click\(\d+\)|click_xy\(\d+, \d+\)|type\(\d+, "[^"\\]*"\)')
+
+
+@pytest.mark.parametrize("family", sorted(SOLVERS))
+def test_oracle_solves_family_on_several_seeds(env, family):
+    for seed in (0, 1, 2):
+        reward, infos = _run_oracle(env, f"{family}/{seed}", seed=0)
+        assert reward == 1.0, (family, seed, [i["next_state"].content for i in infos])
         assert infos[-1]["status"] == "ok" and infos[-1]["outcome"] == 1.0
         assert infos[-1]["next_state"].data["verdict"] == 1
+        for info in infos:
+            assert _PROMPT_FORMAT.fullmatch(info["action"]), info["action"]
 
 
 def test_observation_and_next_state_contract(env, tmp_path):
@@ -131,7 +140,7 @@ def test_turn_limit_truncates(env):
 def test_random_actions_never_crash(env):
     rng = np.random.default_rng(0)
     statuses = set()
-    for i, task in enumerate(TASKS):
+    for i, task in enumerate(FAMILIES):
         obs, _ = env.reset(seed=i, options={"task_id": task})
         for _ in range(4):
             obs, reward, term, trunc, info = env.step(env.random_action(rng))

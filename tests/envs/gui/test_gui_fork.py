@@ -15,7 +15,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def env():
-    e = GuiEnv(max_turns=8, tasks=["login-user"])
+    e = GuiEnv(max_turns=8, families=["login-user"])
     yield e
     e.close()
 
