@@ -1,7 +1,8 @@
-"""Disk caps for Docker sandboxes where the engine's storage cannot enforce them (overlay2 on ext4).
+"""Disk caps for Docker sandboxes where the kernel cannot enforce them: the fallback, and a poll.
 
-`Limits.disk_mb` binds through `storage_opt` only on xfs with project quotas. Elsewhere three
-things hold it: seccomp.py's filter refuses fallocate(2), so a sandbox takes disk only by writing
+`Limits.disk_mb` binds in the kernel through `storage_opt` on xfs with project quotas, or as the
+size of a file system per container (layerfs.py: needs the engine on this host and root). Elsewhere
+(another host's engine, no root, no loop devices) three things hold it: seccomp.py's filter refuses fallocate(2), so a sandbox takes disk only by writing
 it, at the speed of writing; the kernel's RLIMIT_FSIZE (docker.py sets it to the cap) refuses to
 grow any one file past the cap; and this watchdog sums the disk blocks of each local container's
 writable layer (each entry at least one block, so empty files count) and kills a container
@@ -11,10 +12,9 @@ free space falls by the room left under the nearest cap, so the overshoot is mos
 while the engine kills the container: 10 to 140 MB past a 256 MB cap with 8 writers in parallel
 on the reference host (docs/threat_model.md).
 
-Why a watchdog: an xfs data root would mean moving and restarting a shared Docker engine;
-tmpfs writable dirs would charge files to RAM and hide what the image put there; a loop-mounted
-image per sandbox needs the same copy-up. Only the local engine's layers are readable here: a
-remote engine's containers get the per-file cap (and the seccomp filter) alone.
+A poll can be outrun: on a loaded host the free disk fell by 1,745 MB (other writers included)
+while parallel writers filled a sandbox capped at 256 MB, before the kill landed. Only the local engine's layers are readable here: a remote engine's
+containers get the per-file cap (and the seccomp filter) alone.
 """
 from __future__ import annotations
 

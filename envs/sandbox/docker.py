@@ -28,8 +28,10 @@ the user the caller names (default the non-root `agent`; terminal tasks: the ima
 it names none). The container's pid 1 is a `sleep` that ignores SIGCHLD (so the kernel reaps what
 is orphaned under it) and has no signal handler, so no process inside can signal it, root
 included: an agent cannot take its sandbox down. `disk_mb` binds as a storage quota where the
-engine's storage can cap it (overlay2 on xfs with pquota), elsewhere as a per-file size limit plus
-diskwatch.py's watchdog, which stops a container past its cap.
+engine's storage can cap it (overlay2 on xfs with pquota), else as the size of a file system of the
+container's own holding its writable layer (layerfs.py; a write past it fails with ENOSPC), and
+where neither can be had as a per-file size limit plus diskwatch.py's watchdog, which stops a
+container past its cap (container.disk_cap says which).
 """
 from __future__ import annotations
 

@@ -34,8 +34,11 @@ if ! docker info >/dev/null 2>&1; then
   fi
 fi
 say "engine: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
-
-# Base image (mmdebstrap + docker import) and the per-env-type layers (docker build --network none).
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
+# How Limits.disk_mb will bind: a loop-mounted file system per sandbox (the kernel's cap) needs
+# root and loop devices; without them it says why, and the disk watchdog (a poll) holds the caps.
+say "$("$py" -m envs.sandbox.layerfs 2>&1 | tail -1)"
+
+# Base image (mmdebstrap + docker import) and the per-env-type layers (docker build --network none).
 "$py" -m envs.sandbox.images build
