@@ -42,6 +42,10 @@ Rules verdict (next_state.data["verdict"], read by the project's rules judge):
 Progress on the checked outputs is not scored per step: the tests are hidden from the agent
 (copied in only at the end) and running them every turn would cost a verifier run per step.
 
+Tasks: `tasks_dir` (a folder of task folders; default the 46 bundled ones), or `families` (names
+from envs/terminal/families, or "all"): the first `tasks_per_family` generated tasks of each for
+generator `seed`.
+
 Backends: `sandbox="docker"` (default; tasks with environment/Dockerfile need it: the image is
 built once with no network and cached by content hash) or "bwrap" (tasks with setup.sh only).
 On docker the agent and the verifier run as the task image's USER (Harbor's default: root) in
@@ -67,6 +71,7 @@ import numpy as np
 from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
 from envs.sandbox import Limits, Sandbox, SandboxError, SandboxLimitError, open_sandbox
 from envs.sandbox.verifier import Verification
+from envs.terminal.families import check_families, suite_dir
 from envs.terminal.tasks import BUNDLED, load_suite
 from envs.tool_calls import ParsedAction, ToolCall, function_schema, parse_action, render_tool_call
 
@@ -98,6 +103,9 @@ class TerminalEnv(AgentEnv):
     def __init__(
         self,
         tasks_dir: str | None = None,
+        families: str | list[str] | None = None,
+        tasks_per_family: int = 50,
+        seed: int = 0,
         sandbox: str = "docker",
         max_turns: int = 10,
         command_timeout: float = 30.0,
@@ -114,6 +122,10 @@ class TerminalEnv(AgentEnv):
         if sandbox not in ("docker", "bwrap"):
             raise ValueError(f"sandbox must be 'docker' or 'bwrap', got {sandbox!r}")
         self.backend = sandbox
+        if families is not None and tasks_dir:
+            raise ValueError("families generates the task folders (envs/terminal/families); it does not apply with tasks_dir=")
+        if families is not None:
+            tasks_dir = str(suite_dir(check_families(families), int(tasks_per_family), int(seed)))
         self._tasks = load_suite(tasks_dir or BUNDLED)
         # bwrap has no images: tasks that need a Dockerfile are left out of its task list.
         self._ids = [t for t, task in self._tasks.items() if sandbox == "docker" or not task.meta["dockerfile"]]

@@ -33,11 +33,18 @@ DEFAULT_ORACLE_TIMEOUT_S = 120.0
 _UNITS = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
 
 
-def oracle_actions(solve_sh: str, timeout: float) -> list[str]:
-    """The oracle: one bash call running the solution as its own script, then submit. A here
-    document runs it in a child bash, so its `set -e` or `exit` cannot end the agent's shell."""
-    command = f"bash <<'__OPENCLAW_SOLVE__'\n{solve_sh.rstrip()}\n__OPENCLAW_SOLVE__"
-    return [render_tool_call("bash", {"command": command, "timeout": timeout}), render_tool_call("submit", {})]
+def oracle_actions(solve_sh: str, timeout: float | None) -> list[str]:
+    """The oracle: one bash call, then submit. A solution that is a single command line (besides
+    `#` lines: no `set -e`) is that call itself, the shortest demonstration to learn from (with a
+    timeout only when task.toml sets one). Any other runs as its own script: a here document runs
+    it in a child bash, so its `set -e` or `exit` cannot end the agent's shell."""
+    lines = [line for line in solve_sh.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if len(lines) == 1 and lines[0].strip() != "set -e":
+        call = {"command": lines[0].strip(), **({"timeout": timeout} if timeout else {})}
+    else:
+        command = f"bash <<'__OPENCLAW_SOLVE__'\n{solve_sh.rstrip()}\n__OPENCLAW_SOLVE__"
+        call = {"command": command, "timeout": timeout or DEFAULT_ORACLE_TIMEOUT_S}
+    return [render_tool_call("bash", call), render_tool_call("submit", {})]
 
 
 def _megabytes(value: object, where: str) -> int:
@@ -93,7 +100,7 @@ def load_task(folder: str | Path) -> Task:
     return Task(
         task_id=d.name,
         prompt=(d / "instruction.md").read_text().strip(),
-        oracle=oracle_actions(solve.read_text(), agent_timeout or DEFAULT_ORACLE_TIMEOUT_S) if solve.is_file() else [],
+        oracle=oracle_actions(solve.read_text(), agent_timeout) if solve.is_file() else [],
         meta={
             "dir": str(d),
             "dockerfile": (env_dir / "Dockerfile").is_file(),

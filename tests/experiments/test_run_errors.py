@@ -34,6 +34,7 @@ BAD_INPUT = {  # case -> (overrides, what the one line names)
     "data malformed": (["env=toolcall", "env.data={t}/bad.jsonl"], "bad.jsonl"),
     "tasks_dir missing": (["env=terminal", "sandbox=bwrap", "env.tasks_dir={t}/nope"], "nope"),
     "tasks_dir without tasks": (["env=terminal", "sandbox=bwrap", "env.tasks_dir={t}/empty"], "empty"),
+    "unknown task family": (["env=terminal", "sandbox=bwrap", "env.families=[sort,nope]"], "unknown terminal task families ['nope']"),
     "instances missing": (["env=swe", "env.instances={t}/nope.jsonl"], "nope.jsonl"),
     "instances malformed": (["env=swe", "env.instances={t}/bad.jsonl"], "bad.jsonl"),
     "steps not a number": (["env=toolcall", "steps=abc"], "steps='abc'"),

@@ -13,6 +13,7 @@ from agent.chat import ChatRenderer
 from agent.policy.models import load_model
 from agent.rollout import EpisodeJob, Runner
 from envs.base import TaskSplit
+from envs.terminal.families.generators import FAMILIES
 from learner.loss import nll_loss
 from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
@@ -301,3 +302,22 @@ def test_learn_toolcall_warm_starts_then_reports_rls_own_rise(tmp_path):
     assert len(demos["train"]["task_ids"]) == 4 and not set(demos["train"]["task_ids"]) & set(demos["split"]["held_out"])
     cfg = (tmp_path / "t" / "config.yaml").read_text()
     assert "name: toolcall" in cfg and "name: outcome" in cfg and "max_turns: 3" in cfg
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_learn_terminal_warm_starts_on_generated_families_then_reports_rls_own_rise(tmp_path):
+    # The learn-terminal recipe with the tiny model and one update: oracle demonstrations of
+    # generated shell tasks on bubblewrap, SFT, an outcome update, and RL's own rise from after 0.
+    p = run_cli("+experiment=learn-terminal", "model=tiny", "steps=1", "env.tasks_per_family=2", "warm_start.n_demos=4",
+                "warm_start.epochs=1", "warm_start.heldout_demos=2", "eval.n_tasks=4", "n_envs=4", "tasks_per_step=2",
+                "group_size=2", "sampling.max_new_tokens=8", f"run_dir={tmp_path}/t", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout + p.stderr
+    assert "RL's own: warm-started (after 0) " in out
+    demos = json.loads((tmp_path / "t" / "warm_start" / "demos.json").read_text())
+    train, held_out = demos["train"]["task_ids"], demos["split"]["held_out"]
+    assert len(train) == 4 and not set(train) & set(held_out)  # every oracle episode passed its tests
+    assert len(held_out) == 4 and all(t.rsplit("-", 1)[0] in FAMILIES for t in held_out)
+    cfg = (tmp_path / "t" / "config.yaml").read_text()
+    assert "name: terminal" in cfg and "name: outcome" in cfg and "families: all" in cfg and "name: bwrap" in cfg
