@@ -16,7 +16,7 @@ computed; every key is optional:
     machine: {cpu: AMD EPYC, flags: [avx2], threads: 2}   # for runs that kept no machine.json (marked)
     beside: nothing else running         # what else ran on the machine
     date: 2026-12-06
-    runs:                                # which runs, in this order (default: every run folder, sorted)
+    runs:                                # these runs first, in this order; any other run folder follows, sorted
       - amd-epyc-avx512bf16              # a name, or a mapping overriding the keys above for that run:
       - {name: s1, date: 2026-12-05, beside: a test suite}
     comparisons:                         # experiments.compare's tables and plot, once per entry
@@ -141,16 +141,14 @@ def load_index(d: Path) -> dict[str, Any]:
 def _run_entries(d: Path, index: dict[str, Any]) -> list[dict[str, Any]]:
     found = sorted(p.name for p in d.iterdir() if p.is_dir() and any(
         (p / f).is_file() for f in ("metrics.jsonl", "bench.json", "run.log")))
-    listed = index.get("runs")
-    if listed is None:
-        return [{"name": n} for n in found]
-    entries = [e if isinstance(e, dict) else {"name": str(e)} for e in listed]
+    entries = [e if isinstance(e, dict) else {"name": str(e)} for e in index.get("runs") or []]
     for e in entries:
         if set(e) - RUN_KEYS or "name" not in e:
             raise ReportError(f"{d / 'index.yaml'}: a run entry takes {', '.join(sorted(RUN_KEYS))} and needs a name: {e}")
         if e["name"] not in found:
             raise ReportError(f"{d / 'index.yaml'}: run {e['name']!r} has no folder with metrics.jsonl, bench.json or run.log")
-    return entries
+    listed = {e["name"] for e in entries}
+    return entries + [{"name": n} for n in found if n not in listed]  # a run added later is never left out
 
 
 def load_record(d: Path, entry: dict[str, Any], index: dict[str, Any]) -> Record:
