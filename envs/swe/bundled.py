@@ -144,17 +144,11 @@ def vendor_packages(dest: Path, packages: tuple[str, ...] = PYTEST_PACKAGES) -> 
 def repo_images(name: str) -> dict[str, str]:
     """{instance_id: Docker tag} of library `name`'s instances, built on first use (each on one
     shared pytest layer; reused across processes while their content is unchanged)."""
-    from envs.sandbox import images
-
     with _image_lock:
         if name in _images:
             return _images[name]
+        base = tools_image()
         with tempfile.TemporaryDirectory(prefix=f"openclaw-swe-ctx-{name}-") as tmp:
-            tools = Path(tmp) / "tools"
-            tools.mkdir()
-            (tools / "Dockerfile").write_text(TOOLS_DOCKERFILE)
-            vendor_packages(tools / "vendor")
-            base = _build(tools, "swe-pytest", images.ensure_image("base"))
             repo = os.path.join(tmp, "repo")
             shas = history.build(str(REPOS / name), load_bugs(name)["bugs"], repo)
             tags = {}
@@ -166,6 +160,18 @@ def repo_images(name: str) -> dict[str, str]:
                 tags[f"{OWNER}__{name}-{bug['id']}"] = _build(ctx, f"swe-{name}-{bug['id']}", base)
         _images[name] = tags
         return tags
+
+
+def tools_image() -> str:
+    """The shared layer under every bundled instance's image: the base with the vendored pytest."""
+    from envs.sandbox import images
+
+    with tempfile.TemporaryDirectory(prefix="openclaw-swe-tools-") as tmp:
+        tools = Path(tmp) / "tools"
+        tools.mkdir()
+        (tools / "Dockerfile").write_text(TOOLS_DOCKERFILE)
+        vendor_packages(tools / "vendor")
+        return _build(tools, "swe-pytest", images.ensure_image("base"))
 
 
 def _build(ctx: Path, name: str, base: str) -> str:

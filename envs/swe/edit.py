@@ -1,11 +1,13 @@
 """The `edit` tool (view / create / replace a unique string) on a sandbox's files, and the
-scripted oracle that turns a unified diff into edit calls.
+scripted oracle: a unified diff as edit calls (`oracle_edits`), inside the workflow a model can
+imitate (`oracle_workflow`: run the failing tests, look at the code, edit, test again, submit).
 
 Errors the agent caused (missing file, string not found or not unique, a folder given as a
 file) come back as `EditError` with a message for the agent; SandboxError passes through.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 from shlex import quote as bash_quote
 from typing import Any
@@ -87,9 +89,11 @@ def run_edit(sb: Sandbox, args: dict[str, Any], root: str) -> str:
     return f"Edited {path}: replaced {len(old.splitlines())} line(s) at line {line} with {len(new.splitlines())}."
 
 
-def oracle_edits(patch: str) -> list[dict[str, Any]]:
+def oracle_edits(patch: str, context: int | None = None) -> list[dict[str, Any]]:
     """Edit-tool arguments that make the same change as `patch`: one str_replace per hunk
-    (context + removed lines -> context + added lines), a create per added file."""
+    (context + removed lines -> context + added lines), a create per added file. `context`:
+    keep at most that many context lines on each side of a hunk's change (a shorter call; it must
+    still be unique in the file)."""
     calls: list[dict[str, Any]] = []
     try:
         files = PatchSet(patch)
@@ -103,7 +107,38 @@ def oracle_edits(patch: str) -> list[dict[str, Any]]:
         if f.is_removed_file or f.is_binary_file:
             raise ValueError(f"the edit oracle cannot express {f.path} (removed or binary file)")
         for hunk in f:
-            old = "".join(line.value for line in hunk if not line.is_added)
-            new = "".join(line.value for line in hunk if not line.is_removed)
+            lines = list(hunk)
+            if context is not None:
+                changed = [i for i, line in enumerate(lines) if not line.is_context]
+                lines = lines[max(0, changed[0] - context): changed[-1] + 1 + context] if changed else lines
+            old = "".join(line.value for line in lines if not line.is_added)
+            new = "".join(line.value for line in lines if not line.is_removed)
             calls.append({"command": "str_replace", "path": f.path, "old_str": old, "new_str": new})
     return calls
+
+
+SHOWN_TESTS = 3      # failing tests the oracle runs by name
+CONTEXT_LINES = 3    # lines shown around a hunk
+EDIT_CONTEXT = 1     # context lines each side of a str_replace: a call a model writes within its token budget
+
+
+def oracle_workflow(record: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(tool, arguments) calls that fix `record` the way an engineer would: run the failing tests
+    (those already in the repository, else the whole suite), show the lines of each hunk with
+    their numbers, replace them (`oracle_edits`), run the tests again, submit. ValueError for a
+    patch the edit tool cannot express."""
+    edits = oracle_edits(record["patch"], context=EDIT_CONTEXT)
+    touched = {f.path for f in PatchSet(record.get("test_patch") or "")}  # not in the repository before it
+    f2p = record.get("FAIL_TO_PASS") or []
+    f2p = json.loads(f2p) if isinstance(f2p, str) else list(f2p)
+    present = [t for t in f2p if t.split("::", 1)[0] not in touched][:SHOWN_TESTS]
+    test = {"command": " ".join(["python3 -m pytest -q --tb=line -p no:cacheprovider", *map(bash_quote, present)])
+                       + " 2>&1 | tail -n 15"}
+    calls: list[tuple[str, dict[str, Any]]] = [("bash", test)]
+    for f in PatchSet(record["patch"]):
+        for hunk in f if not f.is_added_file else []:
+            first = max(1, hunk.source_start - CONTEXT_LINES)
+            last = hunk.source_start + hunk.source_length + CONTEXT_LINES
+            calls.append(("bash", {"command": f"cat -n {bash_quote(f.path)} | sed -n '{first},{last}p'"}))
+    calls += [("edit", e) for e in edits]
+    return calls + [("bash", test), ("submit", {})]

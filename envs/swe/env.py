@@ -1,6 +1,7 @@
 """SWEEnv (`openclaw/SWE-v0`): repair a repository from an issue, graded by swebench.
 
-The prompt is the instance's problem statement. Each turn the agent makes one tool call:
+The prompt is the instance's problem statement. The instances: the bundled ones (bundled.py),
+`instances="synth"` (bugs synthesized in the bundled libraries, synth.py), or a file of records. Each turn the agent makes one tool call:
   bash   {"command": ...}            one shell command in /testbed (state persists)
   edit   {"command": "view" | "create" | "str_replace", "path", "file_text" | "old_str", "new_str"}
   submit {}                          end: the patch is `git diff` of the work tree vs base_commit
@@ -29,8 +30,8 @@ import numpy as np
 
 from envs.base import AgentEnv, NextState, Status, StepResult, Task, cap_text
 from envs.sandbox import ExecResult, Limits, SandboxError, SandboxLimitError, open_sandbox
-from envs.swe import bundled, grading
-from envs.swe.edit import EditError, oracle_edits, run_edit
+from envs.swe import bundled, grading, synth
+from envs.swe.edit import EditError, oracle_workflow, run_edit
 from envs.swe.instances import InstanceError, load_instances, resolve_image, sandbox_user
 from envs.tool_calls import function_schema, parse_action, render_tool_call
 
@@ -77,11 +78,16 @@ class SWEEnv(AgentEnv):
         memory_mb: int = 1024,
         cpus: float = 1.0,
         pool_size: int = 1,
+        synth_seed: int = synth.DEFAULT_SEED,
+        synth_per_function: int = synth.DEFAULT_PER_FUNCTION,
     ):
         super().__init__(max_turns=max_turns)
         if sandbox != "docker":
             raise ValueError(f"the SWE env runs in Docker images (sandbox=docker), not {sandbox!r}")
-        records = load_instances(instances) if instances else list(bundled.instances())
+        if instances == "synth":  # bugs synthesized in the bundled libraries (cached after the first run)
+            records = synth.bundled_records(int(synth_seed), int(synth_per_function))
+        else:
+            records = load_instances(instances) if instances else list(bundled.instances())
         self._records: dict[str, dict[str, Any]] = {str(r["instance_id"]): r for r in records}
         self.command_timeout = float(command_timeout)
         self.test_timeout = float(test_timeout)
@@ -105,8 +111,7 @@ class SWEEnv(AgentEnv):
         oracle: list[str] = []
         if record.get("patch"):
             try:
-                oracle = [render_tool_call("edit", e) for e in oracle_edits(record["patch"])]
-                oracle.append(render_tool_call("submit", {}))
+                oracle = [render_tool_call(tool, args) for tool, args in oracle_workflow(record)]
             except ValueError:
                 oracle = []  # a patch the edit tool cannot express (binary, deleted file)
         meta = {k: record.get(k) for k in ("repo", "base_commit", "version", "environment_setup_commit")}

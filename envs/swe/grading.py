@@ -146,8 +146,9 @@ def eval_script(record: dict[str, Any]) -> str:
         "set -uo pipefail",
         "exec 2>&1",
         f"cd {WORKDIR}",
-        heredoc(f"{SCRATCH}/test.patch", record.get("test_patch", "")),
-        f"git apply -v {SCRATCH}/test.patch || {{ echo '{c.APPLY_PATCH_FAIL} (test patch)'; exit 1; }}",
+        *([heredoc(f"{SCRATCH}/test.patch", record["test_patch"]),  # none: the tests are in the repository
+           f"git apply -v {SCRATCH}/test.patch || {{ echo '{c.APPLY_PATCH_FAIL} (test patch)'; exit 1; }}"]
+          if (record.get("test_patch") or "").strip() else []),
         f"echo '{c.START_TEST_OUTPUT}'",
         f"{cmd} {tests}",
         f"{c.TEST_EXIT_CODE_VAR}=$?",

@@ -4,7 +4,8 @@ A record has at least instance_id, repo, base_commit, test_patch, problem_statem
 FAIL_TO_PASS and PASS_TO_PASS (SWE-bench, SWE-bench Verified, SWE-Gym and SWE-smith all do);
 `patch` (the gold patch) gives the task its oracle; version and environment_setup_commit are
 kept as they are. The image is the record's `image` / `image_name` / `docker_image` field, else
-SWE-bench's own name for the instance's eval image (`sweb.eval.x86_64.<id>:latest`, also with the
+for a synthesized record (`synth`, envs/swe/synth.py) the image of its base commit, built on
+first use; else SWE-bench's own name for the instance's eval image (`sweb.eval.x86_64.<id>:latest`, also with the
 `swebench/` namespace), which must already exist on this machine: nothing is pulled
 (`python -m envs.swe.build` builds one for a local repository). Optional: `user` (who runs the
 episode and the tests), `test_cmd`, `eval_script`, `log_parser`, `eval_type` (grading.py).
@@ -15,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envs.swe import bundled
+from envs.swe import bundled, synth
 
 REQUIRED = ("instance_id", "repo", "base_commit", "test_patch", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS")
 IMAGE_FIELDS = ("image", "image_name", "docker_image")
@@ -67,6 +68,11 @@ def image_candidates(record: dict[str, Any]) -> list[str]:
 def resolve_image(record: dict[str, Any]) -> str:
     """The image the record runs in, found on any configured Docker engine (the sandbox then
     goes where it is). Raises InstanceError naming what was looked for."""
+    if synth.is_synth(record):
+        try:
+            return synth.instance_image(record)
+        except KeyError as e:
+            raise InstanceError(e.args[0]) from None
     if bundled.is_bundled(record) and not any(record.get(k) for k in IMAGE_FIELDS):
         try:
             return bundled.instance_image(record)
