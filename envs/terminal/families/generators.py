@@ -357,7 +357,6 @@ def perm_scripts(r: random.Random) -> Spec:
     folder = r.choice(("bin", "scripts", "tools"))
     sh = [f"{folder}/{w}.sh" for w in r.sample(WORDS, r.randint(2, 4))]
     other = [f"{folder}/{w}.{r.choice(('txt', 'conf', 'md'))}" for w in r.sample(WORDS, 2)]
-    other = [p for p in dict.fromkeys(other) if p.rsplit(".", 1)[0] + ".sh" not in sh]
     return Spec(f"Make every `.sh` file in `{folder}/` executable, and leave the other files there as they are.",
                 [f"mkdir -p {folder} && touch {' '.join(sh + other)} && chmod 644 {' '.join(sh + other)}"],
                 f"chmod +x {folder}/*.sh",
