@@ -10,6 +10,10 @@ load the warm-started weights. A resumed run (resume=true) reuses a finished war
 .cache/), keyed by everything that decides them (`cache_key`), and a later run with the same
 settings starts from it at once; run_dir/warm_start then holds the cached rows and `cached_from`.
 A model folder changed in place keeps its key: clear the cache folder then.
+
+`warm_start.eval_before=false` skips the starting model's held-out evaluation. An env's config may
+choose its own warm start (env=swe picks warm_start/swe.yaml, marked `env_default: true`); it is
+skipped, with a line, where no model acts (policy=oracle / random) or with mode=sft.
 """
 from __future__ import annotations
 
@@ -35,12 +39,21 @@ from learner.sft import summary as sft_summary
 
 log = logging.getLogger(__name__)
 BEFORE = "before warm start"  # the label of the starting model's held-out figures
+MODEL_POLICIES = ("local", "sglang")  # policies that sample from cfg.model (the others have no weights to warm-start)
 
 
 def enabled(cfg: DictConfig) -> bool:
-    name = str(cfg.get("warm_start", {}).get("name", "none"))
+    """Whether this run warm-starts. An env's own warm start (`env_default: true`, e.g. env=swe's)
+    is skipped, with a line saying so, where it does not apply: mode=sft, a policy without a model."""
+    ws = cfg.get("warm_start", {})
+    name = str(ws.get("name", "none"))
     if name not in ("none", "sft"):
         raise ConfigError(f"warm_start must be none or sft, got {name!r}")
+    if name == "sft" and bool(ws.get("env_default", False)):
+        if str(cfg.mode.name) == "sft" or str(cfg.policy.name) not in MODEL_POLICIES:
+            log.info("warm start: env=%s's own warm start skipped (mode=%s, policy=%s)", cfg.env.name, cfg.mode.name,
+                     cfg.policy.name)
+            return False
     if name == "sft" and str(cfg.mode.name) == "sft":
         raise ConfigError("warm_start=sft goes with an RL mode; mode=sft is the warm start on its own")
     return name == "sft"
@@ -55,6 +68,8 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
     model = ws.checkpoints / "latest" / "model"
     before: dict[str, Any] | None = None
     cached = cache_dir(cfg) if bool(cfg.warm_start.get("cache", False)) else None
+    log.info("warm start: SFT on %d oracle demonstrations of training tasks (%s), %d epochs%s", int(cfg.warm_start.n_demos),
+             cfg.env.name, int(cfg.warm_start.epochs), "; cached for later runs" if cached is not None else "")
     if bool(cfg.resume) and (model / "config.json").is_file():
         log.info("warm start: reusing %s", model)
     elif cached is not None and (cached / "model" / "config.json").is_file():
@@ -62,7 +77,8 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
         shutil.copy2(cached / "metrics.jsonl", ws.dir / "metrics.jsonl")  # the run's record names what it started from
         (ws.dir / "cached_from").write_text(f"{cached}\n")
         rows = [json.loads(line) for line in (cached / "metrics.jsonl").read_text().splitlines()]
-        before = {k: v for k, v in rows[0].items() if k.startswith("heldout/") or k == "phase"} or None
+        if rows and rows[0].get("phase") == BEFORE:  # none when the warm start did not evaluate first
+            before = {k: v for k, v in rows[0].items() if k.startswith("heldout/") or k == "phase"}
         model = cached / "model"
     else:
         with host_memory.PHASES.phase("warm start"):
@@ -81,7 +97,8 @@ def cache_key(cfg: DictConfig) -> str:
     warm start's settings, the learner's, the held-out evaluation's, the seed and the context."""
     parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "env", "warm_start", "learner", "eval")}
     parts.update(seed=cfg.seed, max_context=cfg.max_context, sampling=OmegaConf.to_container(cfg.sampling, resolve=True))
-    parts["warm_start"].pop("cache", None)
+    for k in ("cache", "env_default"):  # where it is kept, who chose it: neither changes it
+        parts["warm_start"].pop(k, None)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -104,14 +121,16 @@ def _store(model: Path, metrics: Path, cached: Path) -> None:
 
 
 async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, split: TaskSplit) -> dict[str, Any] | None:
-    """The starting model's held-out figures (None when nothing is held out), then SFT."""
+    """The starting model's held-out figures (None when nothing is held out or
+    warm_start.eval_before=false), then SFT."""
     before: dict[str, Any] | None = None
-    async with AsyncExitStack() as stack:  # the starting model's policy, stopped before SFT loads its own
-        policy = build_policy(cfg, stack)
-        evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
-        if evaluator is not None:
-            before = {"phase": BEFORE, **await evaluator()}
-    host_memory.trim()  # what the stopped engine's thread freed, before SFT allocates its own
+    if bool(cfg.warm_start.get("eval_before", True)):
+        async with AsyncExitStack() as stack:  # the starting model's policy, stopped before SFT loads its own
+            policy = build_policy(cfg, stack)
+            evaluator = await asyncio.to_thread(build_evaluator, cfg, policy, make_env, split.held_out, stack)
+            if evaluator is not None:
+                before = {"phase": BEFORE, **await evaluator()}
+        host_memory.trim()  # what the stopped engine's thread freed, before SFT allocates its own
     async with AsyncExitStack() as stack:
         sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
         rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)

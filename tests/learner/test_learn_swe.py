@@ -1,0 +1,52 @@
+"""The learn-swe recipe end to end with the tiny model: synthesized instances, the oracle's
+workflow as demonstrations (never of held-out instances), SFT, one outcome update, the curve.
+The tiny model reads bytes: its demonstrations need max_context past 4096, and its episodes at most
+6 turns to stay within its 4096 positions."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from envs.swe import bundled, synth
+from experiments.warm_start import cache_key, enabled
+from tests.cli import REPO, run_cli
+
+
+def _cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "experiments" / "conf"), version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_env_swe_warm_starts_by_itself_where_a_model_acts():
+    cfg = _cfg("env=swe")  # the design card's command: a cached warm start on the oracle's workflow
+    assert cfg.warm_start.name == "sft" and cfg.warm_start.cache and not cfg.warm_start.eval_before and enabled(cfg)
+    assert not enabled(_cfg("env=swe", "policy=oracle"))  # no model to warm-start: skipped, not an error
+    assert not enabled(_cfg("env=swe", "mode=sft"))  # the warm start on its own
+    assert not enabled(_cfg("env=swe", "warm_start=none"))
+    assert _cfg("env=toolcall").warm_start.name == "none"  # other envs keep the plain default
+    assert cache_key(cfg) == cache_key(_cfg("env=swe", "warm_start.cache=false"))  # where it is kept is no setting
+    learn = _cfg("+experiment=learn-swe")
+    assert learn.env.instances == "synth" and learn.warm_start.cache and learn.mode.name == "outcome"
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_learn_swe_warm_starts_on_synthesized_bugs_then_reports_rls_own_rise(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_CACHE", str(tmp_path / "cache"))
+    records = synth.synthesize(bundled.REPOS / "inikit", "inikit", "openclaw/inikit", bundled.OWNER, "learn", 0, 1,
+                               log=lambda s: None)
+    path = tmp_path / "synth.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:6]))
+    p = run_cli("+experiment=learn-swe", "model=tiny", f"env.instances={path}", "steps=1", "warm_start.n_demos=2",
+                "warm_start.epochs=1", "warm_start.cache=false", "eval.n_tasks=2", "n_envs=2", "tasks_per_step=1",
+                "group_size=2", "sampling.max_new_tokens=8", "env.max_turns=6", "max_context=16384",
+                f"run_dir={tmp_path}/t", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout + p.stderr
+    assert "RL's own: warm-started (after 0) " in out
+    demos = json.loads((tmp_path / "t" / "warm_start" / "demos.json").read_text())
+    assert len(demos["train"]["task_ids"]) == 2 and not set(demos["train"]["task_ids"]) & set(demos["split"]["held_out"])
+    cfg = (tmp_path / "t" / "config.yaml").read_text()
+    assert "name: swe" in cfg and "name: outcome" in cfg
