@@ -358,6 +358,16 @@ def sampling_params(cfg: DictConfig) -> SamplingParams:
     return SamplingParams(max_new_tokens=int(s.max_new_tokens), temperature=float(s.temperature), top_p=float(s.top_p))
 
 
+def prefix_cache_mb(value: Any) -> float | None:
+    """`policy.prefix_cache_mb`: a number of MB, or `auto` (None: the served weights' size)."""
+    if str(value).lower() == "auto":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"policy.prefix_cache_mb must be a number of MB or auto, got {value!r}") from None
+
+
 def build_policy(cfg: DictConfig, stack: AsyncExitStack) -> Policy:
     """The configured policy; what stops its engine, server or client goes on `stack`."""
     name = str(cfg.policy.name)
@@ -374,7 +384,7 @@ def build_policy(cfg: DictConfig, stack: AsyncExitStack) -> Policy:
 
         try:
             engine = Engine(str(cfg.model.path), dtype=str(cfg.model.dtype), max_batch=int(cfg.policy.max_batch), seed=int(cfg.seed),
-                            prefix_cache_mb=float(cfg.policy.prefix_cache_mb))
+                            prefix_cache_mb=prefix_cache_mb(cfg.policy.prefix_cache_mb))
         except FileNotFoundError as e:  # a model word or folder that is not there
             raise ConfigError(str(e)) from e
         # a random key shared in-process; weights load only from this run's directory

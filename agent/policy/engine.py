@@ -172,11 +172,12 @@ class PrefixCache:
 
 class Engine:
     """In-process PolicyClient over a transformers model (see the module docstring).
-    `prefix_cache_mb` bounds the KV kept for reuse across requests (0 disables it)."""
+    `prefix_cache_mb` bounds the KV kept for reuse across requests (0 disables it; None: as many
+    bytes as the served weights take, a budget that grows with the model instead of a fixed GB)."""
 
     def __init__(self, model_name_or_path: str = "tiny", dtype: str = "auto", device: str = "cpu",
                  max_batch: int = 32, seed: int = 0, idle_wait_s: float = 1.0,
-                 prefix_cache_mb: float = 1024) -> None:
+                 prefix_cache_mb: float | None = None) -> None:
         model, tokenizer = load_model(model_name_or_path, dtype=dtype, seed=seed, device=device)
         if model.config._attn_implementation == "sdpa":
             model.set_attn_implementation(PACKED_SDPA)
@@ -193,9 +194,10 @@ class Engine:
             eos = tokenizer.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self._rng = torch.Generator().manual_seed(seed)
-        if prefix_cache_mb < 0:
+        if prefix_cache_mb is not None and prefix_cache_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
-        self._prefix = PrefixCache(int(prefix_cache_mb * 2**20))
+        weight_bytes = sum(_nbytes(p) for p in model.parameters())
+        self._prefix = PrefixCache(weight_bytes if prefix_cache_mb is None else int(prefix_cache_mb * 2**20))
         self._pending: queue.Queue[_Seq | _Swap] = queue.Queue()
         self._wake = threading.Event()
         self._closed = threading.Event()

@@ -198,3 +198,23 @@ def test_the_multiturn_benchmark_reuses_each_episodes_history():
     assert got["same_conversations"] is True
     assert got["prefix_cache"]["hits"] >= 2 * 2  # turns 2 and 3 of both episodes, per round
     assert got["prefix_cache"]["tokens_reused"] > got["prefix_cache"]["tokens_prefilled"]
+
+
+def test_default_budget_is_the_served_weights_size():
+    """`prefix_cache_mb=None` (the config's `auto`) sizes the cache by the model, not a fixed GB."""
+    for dtype in ("float32", "bfloat16"):
+        eng = Engine("tiny", dtype=dtype, seed=0)
+        try:
+            weights = sum(p.numel() * p.element_size() for p in eng.model.parameters())
+            assert eng.prefix_cache_stats()["budget_bytes"] == weights
+        finally:
+            eng.close()
+
+
+def test_prefix_cache_setting_reads_auto_or_megabytes():
+    from experiments.factories import ConfigError, prefix_cache_mb
+
+    assert prefix_cache_mb("auto") is None
+    assert prefix_cache_mb(256) == 256.0
+    with pytest.raises(ConfigError, match="a number of MB or auto"):
+        prefix_cache_mb("lots")

@@ -1,0 +1,30 @@
+"""`python -m experiments.bench memory`: a job's peak RSS against the sizes of what it must hold."""
+from __future__ import annotations
+
+import pytest
+
+from experiments.bench import memory
+
+SMALL = ["model=tiny", "steps=1", "n_envs=2", "tasks_per_step=1", "group_size=2", "sampling.max_new_tokens=8",
+         "eval.n_tasks=2", "warm_start.n_demos=2", "warm_start.epochs=1", "warm_start.heldout_demos=0"]
+
+
+def test_parts_are_the_models_sizes():
+    config = {"model": {"path": "tiny", "dtype": "float32"}, "policy": {"prefix_cache_mb": "auto"}}
+    sizes = memory.parts(config, runtime=100)
+    n = sizes["engine"] // 4  # fp32 serving copy
+    assert sizes == {"runtime": 100, "learner": 16 * n, "engine": 4 * n, "kv_budget": 4 * n}
+    config["model"]["dtype"], config["policy"]["prefix_cache_mb"] = "bfloat16", 1
+    assert memory.parts(config, runtime=0) == {"runtime": 0, "learner": 16 * n, "engine": 2 * n, "kv_budget": 2**20}
+
+
+@pytest.mark.slow
+def test_quickstart_case_reports_its_peak_phases_and_ratio():
+    out = memory.main(["--case", "quickstart", *SMALL])
+    q = out["quickstart"]
+    assert set(out) == {"overrides", "runtime_gb", "quickstart"}
+    # the job's high-water mark holds at least the runtime every job imports, and each phase's peak is under it
+    assert q["peak_gb"] >= out["runtime_gb"] > 0
+    assert {"warm start", "rollouts", "train", "eval"} <= set(q["phase_peak_gb"])
+    assert all(v <= q["peak_gb"] + 1e-3 for v in q["phase_peak_gb"].values())
+    assert q["ratio"] == pytest.approx(q["peak_gb"] / q["parts_sum_gb"], rel=0.01)
