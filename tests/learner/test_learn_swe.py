@@ -45,7 +45,7 @@ def test_learn_swe_warm_starts_on_synthesized_bugs_then_reports_rls_own_rise(tmp
                 f"run_dir={tmp_path}/t", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr
-    assert "RL's own: warm-started (after 0) " in out
+    assert "start (after 0) " in out  # no before-point (eval_before=false): the curve starts at the warm-started policy
     demos = json.loads((tmp_path / "t" / "warm_start" / "demos.json").read_text())
     assert len(demos["train"]["task_ids"]) == 2 and not set(demos["train"]["task_ids"]) & set(demos["split"]["held_out"])
     cfg = (tmp_path / "t" / "config.yaml").read_text()
