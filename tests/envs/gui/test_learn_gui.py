@@ -24,4 +24,4 @@ def test_learn_gui_warm_starts_on_training_pages_then_reports_rls_own_rise(tmp_p
     assert len(shown) == 4 and not set(shown) & set(held)  # every oracle episode succeeded; none held out
     assert {parse_task_id(t)[0] for t in held} <= {parse_task_id(t)[0] for t in demos["split"]["train"]}
     cfg = (tmp_path / "g" / "config.yaml").read_text()
-    assert "name: gui" in cfg and "name: outcome" in cfg and "max_turns: 5" in cfg and "seeds_per_family: 4" in cfg
+    assert "name: gui" in cfg and "name: outcome" in cfg and "max_turns: 4" in cfg and "seeds_per_family: 4" in cfg
