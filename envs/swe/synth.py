@@ -51,7 +51,8 @@ SHOWN_TESTS = 3              # failing tests the problem statement names
 USER = "agent"
 RECORDS_VERSION = "1"        # part of the cache key: raise it when what this file makes of the mutants changes
 DOCKERFILE = "ARG BASE\nFROM ${BASE}\nUSER root\n" + f"""COPY repo.bundle /build/
-RUN rm -rf {grading.WORKDIR}/.git && {snapshot.unpack_step("/build/repo.bundle", grading.WORKDIR)} \\
+RUN rm -rf {grading.WORKDIR}/.git && chown -R root:root {grading.WORKDIR} \\
+    && {snapshot.unpack_step("/build/repo.bundle", grading.WORKDIR)} \\
     && chown -R {USER}:{USER} {grading.WORKDIR} && rm -rf /build
 """
 _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".tox", ".venv", "venv", "build", "dist"}
