@@ -50,6 +50,8 @@ MAX_TRIES_PER_FUNCTION = 40  # candidates tried per function at most (each is on
 SHOWN_TESTS = 3              # failing tests the problem statement names
 USER = "agent"
 RECORDS_VERSION = "1"        # part of the cache key: raise it when what this file makes of the mutants changes
+# An own repository's image holds HEAD in /testbed, owned by the agent: root's git refuses such a
+# folder, so it goes to root until the base commit alone replaces its history.
 DOCKERFILE = "ARG BASE\nFROM ${BASE}\nUSER root\n" + f"""COPY repo.bundle /build/
 RUN rm -rf {grading.WORKDIR}/.git && chown -R root:root {grading.WORKDIR} \\
     && {snapshot.unpack_step("/build/repo.bundle", grading.WORKDIR)} \\
