@@ -46,7 +46,9 @@ class GuiEnv(AgentEnv):
     families (a fresh page from the episode's seed each reset); `backend="miniwob"` (default)
     or `"osworld"` (see envs/gui/osworld.py, whose tasks its own `osworld.tasks` names);
     `pool` shares browsers between envs (the env makes its own when None and closes it on
-    close()); `screenshot_dir` saves each screenshot as PNG and puts its path in the data.
+    close()); `screenshot_dir` saves each screenshot as PNG and puts its path in the data;
+    `offer_tools=False` leaves the commands out of info["tools"] (the system prompt describes
+    them; a chat template without native tools renders the schemas as ~500 more prompt tokens).
 
     `fork()` (MiniWoB only) replays the episode: the same task from the same seed in a page of
     its own, then every command that reached the page, and checks that the page came back as
@@ -66,6 +68,7 @@ class GuiEnv(AgentEnv):
         episode_time_s: float = 3600.0,
         screenshot_dir: str | None = None,
         osworld: dict[str, Any] | None = None,
+        offer_tools: bool = True,
     ) -> None:
         super().__init__(max_turns=max_turns)
         if backend == "miniwob":
@@ -92,6 +95,7 @@ class GuiEnv(AgentEnv):
             "text": AnyText(),
         })
         self.screenshot_dir = Path(screenshot_dir) if screenshot_dir else None
+        self.offer_tools = bool(offer_tools)
         self.screen: Screen | None = None
         self.episode_id = ""
         self._seed = 0  # the page's seed this episode
@@ -117,7 +121,7 @@ class GuiEnv(AgentEnv):
         return SYSTEM_PROMPT
 
     def tools(self) -> list[dict[str, Any]]:
-        return tool_schemas()
+        return tool_schemas() if self.offer_tools else []
 
     def _start(self, task: Task) -> NextState:
         seed = task.meta.get("page_seed")

@@ -65,6 +65,18 @@ def test_held_out_tasks_are_other_seeds_of_the_same_families_and_pages_are_fixed
 
 
 @pytest.mark.browser
+def test_offer_tools_false_leaves_text_commands_only():
+    env = GuiEnv(families=["enter-text"], seeds_per_family=2, offer_tools=False)
+    try:
+        _, info = env.reset(options={"task_id": "enter-text/1"})
+        assert info["tools"] == [] and 'type(id, "text")' in info["messages"][0]["content"]
+        _, _, _, _, info = env.step(env.oracle_action())
+        assert info["status"] == "ok" and info["next_state"].data["progress"] == ["target"]
+    finally:
+        env.close()
+
+
+@pytest.mark.browser
 @pytest.mark.parametrize("task, wrong", [
     ("click-button/0", lambda env: next(f"click({e.ref})" for e in env.screen.elements
                                         if e.role == "button" and e.text != env.screen.fields["target"])),
