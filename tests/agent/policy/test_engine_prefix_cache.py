@@ -23,7 +23,9 @@ SYSTEM = "You are a careful assistant. " * 14  # ~400 byte tokens, shared by eve
 
 @pytest.fixture(scope="module")
 def engines():
-    reuse, plain = Engine("tiny", dtype="float32", seed=0, max_batch=16), Engine("tiny", dtype="float32", seed=0, max_batch=16, prefix_cache_mb=0)
+    # 64 MB holds every conversation here (the default, tiny's 0.4 MB of weights, would evict them)
+    reuse = Engine("tiny", dtype="float32", seed=0, max_batch=16, prefix_cache_mb=64)
+    plain = Engine("tiny", dtype="float32", seed=0, max_batch=16, prefix_cache_mb=0)
     yield reuse, plain
     reuse.close()
     plain.close()
@@ -117,7 +119,7 @@ def test_input_logprobs_never_come_from_reused_positions(engines):
 def test_weight_update_empties_the_cache(tmp_path):
     new_model, tok = load_model("tiny", dtype="float32", seed=1)
     save_model(new_model, tok, tmp_path / "v1")
-    eng = Engine("tiny", dtype="float32", seed=0)
+    eng = Engine("tiny", dtype="float32", seed=0, prefix_cache_mb=64)
     prompt = tok(SYSTEM + "update")["input_ids"]
     sp = SamplingParams(max_new_tokens=10, temperature=0.0)
     try:
