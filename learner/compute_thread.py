@@ -6,19 +6,49 @@ on whichever worker is free, and each worker came to hold a step's worth of free
 (SmolLM2-135M SFT, 8 toolcall demonstrations a step: 18 GB resident after 6 steps spread over the
 pool's workers, 6.9 GB with every step on one thread). On one thread the next step reuses what
 the last one freed.
+
+The thread is a daemon: a run stopped by Ctrl-C or SIGTERM exits at once, instead of waiting
+(as a ThreadPoolExecutor's worker makes the interpreter wait at exit) for a step that can take
+minutes on a loaded machine; the awaiting task is cancelled, and the step's result is dropped.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
+_work: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future]] = queue.SimpleQueue()
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def _serve() -> None:
+    while True:
+        fn, fut = _work.get()
+        if not fut.set_running_or_notify_cancel():  # cancelled while it waited
+            continue
+        try:
+            fut.set_result(fn())
+        except BaseException as e:  # the caller's error, raised where it awaits
+            fut.set_exception(e)
+
+
+def _submit(fn: Callable[[], T]) -> concurrent.futures.Future:
+    global _thread
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_serve, name="learner", daemon=True)
+            _thread.start()
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    _work.put((fn, fut))
+    return fut
 
 
 async def on_learner_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)` on the learner thread, awaited from the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+    return await asyncio.wrap_future(_submit(functools.partial(fn, *args, **kwargs)))
