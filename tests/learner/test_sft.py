@@ -314,7 +314,7 @@ def test_learn_terminal_warm_starts_on_generated_families_then_reports_rls_own_r
                 "group_size=2", "sampling.max_new_tokens=8", f"run_dir={tmp_path}/t", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr
-    assert "RL's own: warm-started (after 0) " in out
+    assert "start (after 0) " in out and "before warm start" not in out  # the curve starts at the warm-started policy
     demos = json.loads((tmp_path / "t" / "warm_start" / "demos.json").read_text())
     train, held_out = demos["train"]["task_ids"], demos["split"]["held_out"]
     assert len(train) == 4 and not set(train) & set(held_out)  # every oracle episode passed its tests
