@@ -25,6 +25,7 @@ from envs.terminal.families.generators import FAMILIES, Spec
 CHECKER = Path(__file__).resolve().parent / "check.py"
 TEST_SH = """#!/bin/bash
 # Verifier (Harbor convention): run the result checks, write the reward to /logs/verifier/reward.txt.
+# check.py runs git and python3 (named here so that a changed or shadowed one counts as tampering).
 mkdir -p /logs/verifier
 if python3 /tests/check.py /tests/expected.json; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 """

@@ -3,12 +3,16 @@
 `python3 /tests/check.py /tests/expected.json` runs from the work dir, as root, after the agent's
 processes are gone, and exits 0 only when every check holds. The expected values were computed
 when the task was made; nothing the agent wrote states them. Outputs must be plain files (a
-symlink could point at what only the verifier can read). git runs with hooks and fsmonitor off
-and reads objects only; a script the task asked for is run, as the bundled tasks' tests do.
+symlink could point at what only the verifier can read). git runs with hooks, fsmonitor and
+signature programs off and reads objects only (a repository's own config could name a program
+to run). A script the task asked for is run, as the bundled tasks' tests do, but only after
+every other check and after expected.json is deleted (so it cannot print the stored answer), in
+a session of its own that is killed when it returns.
 """
 import gzip
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -29,8 +33,25 @@ def same_text(got: bytes, want: str, what: str) -> None:
 
 
 def git(repo: str, *args: str) -> str:
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-C", repo, *args]
+    safe = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "log.showSignature=false", "gpg.program=false",
+            "gpg.ssh.program=false", "gpg.x509.program=false"]
+    cmd = ["git", *(w for kv in safe for w in ("-c", kv)), "-C", repo, *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=20).stdout
+
+
+def run_alone(argv: list) -> str:
+    """The agent's program's stdout; it runs in a new session, and whatever it left behind in that
+    session is killed when it returns."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                         text=True, start_new_session=True)
+    try:
+        return p.communicate(timeout=10)[0]
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
 
 def check(c: dict) -> None:
@@ -59,7 +80,7 @@ def check(c: dict) -> None:
     elif kind == "run":
         path = c["argv"][0]
         assert not os.path.islink(path) and os.access(path, os.X_OK), f"{path} is not an executable file"
-        out = subprocess.run(c["argv"], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL).stdout
+        out = run_alone(c["argv"])
         assert out == c["stdout"], f"{' '.join(c['argv'])} printed {out[:300]!r}, not {c['stdout']!r}"
     elif kind == "git_log":
         got = git(c["repo"], "log", "--format=%s", c["ref"]).splitlines()
@@ -84,6 +105,8 @@ def check(c: dict) -> None:
 def main() -> int:
     with open(sys.argv[1]) as f:
         checks = json.load(f)
+    os.unlink(sys.argv[1])  # no program the agent wrote may read the answers
+    checks.sort(key=lambda c: c["kind"] == "run")  # the agent's programs run last (stable: the rest keep their order)
     for c in checks:
         try:
             check(c)

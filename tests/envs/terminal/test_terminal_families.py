@@ -116,3 +116,34 @@ def test_family_oracle_passes_and_doing_nothing_fails_on_docker(task_id):
         check_oracle_and_nothing(env, task_id)
     finally:
         env.close()
+
+
+def _script_check(task_id: str) -> dict:
+    family, index = task_id.rsplit("-", 1)
+    return next(c for c in make_spec(family, int(index)).checks if c["kind"] == "run")
+
+
+CHEATS = {  # how a script the verifier runs could pass without doing the task
+    "reads the stored answers": (
+        "import json, sys\n"
+        "for c in json.load(open('/tests/expected.json')):\n"
+        "    if c['kind'] == 'run' and c['argv'][1:] == sys.argv[1:]:\n"
+        "        sys.stdout.write(c['stdout'])\n"),
+    "leaves a reward writer behind": (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    for _ in range(300):\n"
+        "        os.makedirs('/logs/verifier', exist_ok=True)\n"
+        "        open('/logs/verifier/reward.txt', 'w').write('1')\n"
+        "        time.sleep(0.05)\n"),
+}
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_a_script_that_games_the_verifier_scores_zero(bwrap_env, cheat):
+    task_id = "script-0001"
+    path = _script_check(task_id)["argv"][0]
+    source = "#!/usr/bin/env python3\n" + CHEATS[cheat]
+    write = render_tool_call("bash", {"command": f"cat > {path} <<'EOF'\n{source}EOF\nchmod +x {path}"})
+    assert reward(bwrap_env, task_id, [write, SUBMIT]) == 0.0, cheat
