@@ -67,7 +67,7 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
     ws = RunLog(runlog.dir / "warm_start")
     model = ws.checkpoints / "latest" / "model"
     before: dict[str, Any] | None = None
-    cached = cache_dir(cfg) if bool(cfg.warm_start.get("cache", False)) else None
+    cached = cache_dir(cfg, split) if bool(cfg.warm_start.get("cache", False)) else None
     log.info("warm start: SFT on %d oracle demonstrations of training tasks (%s), %d epochs%s", int(cfg.warm_start.n_demos),
              cfg.env.name, int(cfg.warm_start.epochs), "; cached for later runs" if cached is not None else "")
     if bool(cfg.resume) and (model / "config.json").is_file():
@@ -92,18 +92,21 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
     return before
 
 
-def cache_key(cfg: DictConfig) -> str:
+def cache_key(cfg: DictConfig, split: TaskSplit) -> str:
     """What decides a warm start's checkpoint and its 'before' figures: the model, the env, the
-    warm start's settings, the learner's, the held-out evaluation's, the seed and the context."""
+    warm start's settings, the learner's, the held-out evaluation's, the seed, the context, and
+    the task ids on each side of the split (the same settings can pose other tasks when an env's
+    task set changes, e.g. synthesized instances: a cached demonstration must never be held out)."""
     parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "env", "warm_start", "learner", "eval")}
-    parts.update(seed=cfg.seed, max_context=cfg.max_context, sampling=OmegaConf.to_container(cfg.sampling, resolve=True))
+    parts.update(seed=cfg.seed, max_context=cfg.max_context, sampling=OmegaConf.to_container(cfg.sampling, resolve=True),
+                 split=split.to_dict())
     for k in ("cache", "env_default"):  # where it is kept, who chose it: neither changes it
         parts["warm_start"].pop(k, None)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_dir(cfg: DictConfig) -> Path:
-    return cache_base() / "warm_starts" / f"{cfg.env.name}-{cache_key(cfg)}"
+def cache_dir(cfg: DictConfig, split: TaskSplit) -> Path:
+    return cache_base() / "warm_starts" / f"{cfg.env.name}-{cache_key(cfg, split)}"
 
 
 def _store(model: Path, metrics: Path, cached: Path) -> None:

@@ -64,14 +64,20 @@ def run_case(name: str, extra: list[str], runtime: int, timeout_s: float) -> dic
     with tempfile.TemporaryDirectory(prefix=f"bench-memory-{name}-") as tmp:
         run_dir = Path(tmp) / "run"
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "experiments.run", *CASES[name], *COMMON, *extra, f"run_dir={run_dir}"],
-                           capture_output=True, text=True, timeout=timeout_s)
+        try:  # the job stops itself on SIGTERM (the timeout's), sandboxes and engine included
+            p = subprocess.run([sys.executable, "-m", "experiments.run", *CASES[name], *COMMON, *extra,
+                                f"run_dir={run_dir}"], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"bench memory: the {name} job ran past --timeout {timeout_s:.0f} s") from None
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            raise RuntimeError(f"bench memory: the {name} job failed (rc {p.returncode}): {' | '.join(tail)}")
+            raise SystemExit(f"bench memory: the {name} job failed (rc {p.returncode}): {' | '.join(tail)}")
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        memory = [r["memory"] for r in rows if "memory" in r][-1]
+        memories = [r["memory"] for r in rows if "memory" in r]
+        if not memories:
+            raise SystemExit(f"bench memory: the {name} job's metrics carry no memory figures")
+        memory = memories[-1]
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
     sizes = parts(config, runtime)
     peak = int(memory["peak_rss_gb"] * 1e9)

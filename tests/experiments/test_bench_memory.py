@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent.policy.models import load_model
 from experiments.bench import memory
 
 SMALL = ["model=tiny", "steps=1", "n_envs=2", "tasks_per_step=1", "group_size=2", "sampling.max_new_tokens=8",
@@ -12,7 +13,7 @@ SMALL = ["model=tiny", "steps=1", "n_envs=2", "tasks_per_step=1", "group_size=2"
 def test_parts_are_the_models_sizes():
     config = {"model": {"path": "tiny", "dtype": "float32"}, "policy": {"prefix_cache_mb": "auto"}}
     sizes = memory.parts(config, runtime=100)
-    n = sizes["engine"] // 4  # fp32 serving copy
+    n = sum(p.numel() for p in load_model("tiny", dtype="float32")[0].parameters())
     assert sizes == {"runtime": 100, "learner": 16 * n, "engine": 4 * n, "kv_budget": 4 * n}
     config["model"]["dtype"], config["policy"]["prefix_cache_mb"] = "bfloat16", 1
     assert memory.parts(config, runtime=0) == {"runtime": 0, "learner": 16 * n, "engine": 2 * n, "kv_budget": 2**20}

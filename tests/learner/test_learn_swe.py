@@ -9,6 +9,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from envs.base import TaskSplit
 from envs.swe import bundled, synth
 from experiments.warm_start import cache_key, enabled
 from tests.cli import REPO, run_cli
@@ -26,7 +27,9 @@ def test_env_swe_warm_starts_by_itself_where_a_model_acts():
     assert not enabled(_cfg("env=swe", "mode=sft"))  # the warm start on its own
     assert not enabled(_cfg("env=swe", "warm_start=none"))
     assert _cfg("env=toolcall").warm_start.name == "none"  # other envs keep the plain default
-    assert cache_key(cfg) == cache_key(_cfg("env=swe", "warm_start.cache=false"))  # where it is kept is no setting
+    split = TaskSplit(["a", "b"], ["c"])
+    assert cache_key(cfg, split) == cache_key(_cfg("env=swe", "warm_start.cache=false"), split)  # where it is kept is no setting
+    assert cache_key(cfg, split) != cache_key(cfg, TaskSplit(["a", "c"], ["b"]))  # other tasks held out: another warm start
     learn = _cfg("+experiment=learn-swe")
     assert learn.env.instances == "synth" and learn.warm_start.cache and learn.mode.name == "outcome"
 
