@@ -3,8 +3,9 @@ the repository takes mutants one at a time (write the file, forget the repositor
 `pytest.main`), so pytest's start-up is paid once, not per mutant.
 
 The worker is this file run as a script (`python -I`: nothing of this project on its path, only
-the copy's root). A mutant that hangs or kills the worker costs that worker (restarted) and
-counts as not run. Results per test: its pytest id, PASSED / FAILED / ERROR / SKIPPED, and the
+the copy's root). A mutant that hangs or kills the worker costs that worker (restarted, after
+the parent writes the copy's files back as they were: a killed worker may leave a mutant on disk)
+and counts as not run. Results per test: its pytest id, PASSED / FAILED / ERROR / SKIPPED, and the
 first lines of a failure's message (the assertion).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Worker:
         self.root, self.tests, self.python = root, tests, python
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue[str | None] = queue.Queue()
+        self.originals: dict[str, str] = {}  # path -> its text before any mutant was written
 
     def _start(self) -> None:
         env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -56,7 +58,9 @@ class Worker:
 
     def run(self, path: str, text: str | None, timeout: float) -> TestRun:
         """The tests with `path` holding `text` (None: the repository as it is)."""
+        self.originals.setdefault(path, (self.root / path).read_text())
         if self.proc is None or self.proc.poll() is not None:
+            self._restore()
             self._start()
         self.proc.stdin.write(json.dumps({"path": path, "text": text}) + "\n")
         self.proc.stdin.flush()
@@ -64,11 +68,16 @@ class Worker:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
             line = None
-        if line is None:  # hung or died: the next run starts a fresh worker
+        if line is None:  # hung or died: the next run starts a fresh worker on the original files
             self.close()
+            self._restore()
             return TestRun({}, {}, f"no result in {timeout:.0f} s")
         out = json.loads(line)
         return TestRun(out["statuses"], out["messages"], out["broken"])
+
+    def _restore(self) -> None:
+        for path, text in self.originals.items():
+            (self.root / path).write_text(text)
 
     def close(self) -> None:
         if self.proc is not None:

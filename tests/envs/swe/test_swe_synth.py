@@ -163,3 +163,20 @@ def test_cli_on_own_repo_builds_its_image(tiny_repo, tmp_path):
         assert term and reward == 1.0, info["next_state"].content
     finally:
         env.close()
+
+
+def test_a_hanging_mutant_does_not_poison_its_worker(tiny_repo, tmp_path):
+    from envs.swe.mutant_tests import Worker, copy_repo
+
+    copy = tmp_path / "copy"
+    copy_repo(tiny_repo, copy)
+    worker = Worker(copy, ["tests"])
+    path = "tinyclamp/__init__.py"
+    try:
+        hang = "import time\nwhile True:\n    time.sleep(1)\n"
+        assert worker.run(path, hang, timeout=5).broken  # killed after 5 s, counted as not run
+        assert (copy / path).read_text() == CODE  # the copy holds the original again
+        again = worker.run(path, None, timeout=60)  # the fresh worker tests the original, not the hang
+        assert not again.broken and again and set(again.values()) == {"PASSED"}
+    finally:
+        worker.close()
