@@ -59,15 +59,32 @@ def write_task(spec: Spec, folder: Path) -> None:
     (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{spec.solution}\n")
 
 
+DRAWS_PER_TASK = 4  # draws tried per distinct task asked for before a family counts as exhausted
+
+
 def write_suite(out: Path, families: Sequence[str], per_family: int, seed: int = 0) -> list[str]:
-    """The first `per_family` tasks of each family under `out` (one folder per task id); the ids."""
+    """The first `per_family` distinct tasks of each family under `out` (one folder per task id);
+    the ids. An index whose draw repeats an earlier task for the agent (the same instruction and
+    the same oracle command; only hidden data differs) is skipped, so no held-out task is a copy
+    of a training task."""
     if per_family < 1:
         raise ValueError(f"tasks_per_family must be at least 1, got {per_family}")
     ids = []
     for family in check_families(families):
-        for i in range(per_family):
+        seen: set[tuple[str, str]] = set()
+        for i in range(per_family * DRAWS_PER_TASK):
+            spec = make_spec(family, i, seed)
+            key = (spec.instruction, spec.solution)
+            if key in seen:
+                continue
+            seen.add(key)
             ids.append(f"{family}-{i:04d}")
-            write_task(make_spec(family, i, seed), out / ids[-1])
+            write_task(spec, out / ids[-1])
+            if len(seen) == per_family:
+                break
+        else:
+            raise ValueError(f"terminal family {family!r} gave {len(seen)} distinct tasks in "
+                             f"{per_family * DRAWS_PER_TASK} draws; ask for at most that many")
     return ids
 
 

@@ -147,3 +147,16 @@ def test_a_script_that_games_the_verifier_scores_zero(bwrap_env, cheat):
     source = "#!/usr/bin/env python3\n" + CHEATS[cheat]
     write = render_tool_call("bash", {"command": f"cat > {path} <<'EOF'\n{source}EOF\nchmod +x {path}"})
     assert reward(bwrap_env, task_id, [write, SUBMIT]) == 0.0, cheat
+
+
+def test_no_two_tasks_of_a_suite_are_the_same_for_the_agent(tmp_path):
+    ids = write_suite(tmp_path / "a", "all", 40)
+    seen = set()
+    for task_id in ids:  # held-out ids are drawn from these: none may copy a training task's instruction and command
+        family, index = task_id.rsplit("-", 1)
+        spec = make_spec(family, int(index))
+        assert (spec.instruction, spec.solution) not in seen, task_id
+        seen.add((spec.instruction, spec.solution))
+    assert len(ids) == 400 and max(int(i.rsplit("-", 1)[1]) for i in ids) >= 40  # repeated draws skipped, later indices taken
+    with pytest.raises(ValueError, match="'archive' gave 65 distinct tasks"):
+        write_suite(tmp_path / "b", ["archive"], 100)
