@@ -346,6 +346,7 @@ class Policy:
     tokenizer: Any = None
     # model policies: actors that sample with the given parameters (each job's seed)
     sampled: Callable[[SamplingParams], Callable[[EpisodeJob], Actor]] | None = None
+    engine: Any = None  # policy=local: the engine in this process (weight updates go to it as tensors)
 
     def actor_maker(self, sampling: SamplingParams) -> Callable[[EpisodeJob], Actor]:
         """Actors that sample with `sampling` (the evaluation's temperature); oracle and random
@@ -393,7 +394,7 @@ def build_policy(cfg: DictConfig, stack: AsyncExitStack) -> Policy:
         stack.callback(server.stop)
         client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s), api_key=server.api_key)
         stack.push_async_callback(client.aclose)
-        return _model_policy(cfg, name, client, engine.tokenizer)
+        return _model_policy(cfg, name, client, engine.tokenizer, engine)
     if name == "sglang":
         from agent.policy.sglang_launch import connect_or_launch
 
@@ -402,7 +403,7 @@ def build_policy(cfg: DictConfig, stack: AsyncExitStack) -> Policy:
     raise ConfigError(f"unknown policy {name!r}; choose local, sglang, oracle or random")
 
 
-def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: Any) -> Policy:
+def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: Any, engine: Any = None) -> Policy:
     renderer = ChatRenderer(tokenizer)
     max_context = int(cfg.max_context)
 
@@ -410,7 +411,7 @@ def _model_policy(cfg: DictConfig, name: str, client: PolicyClient, tokenizer: A
         return lambda job: ModelActor(client, renderer, dataclasses.replace(sampling, seed=job.seed), max_context)
 
     return Policy(name, make_actor=sampled(sampling_params(cfg)), client=client, renderer=renderer, tokenizer=tokenizer,
-                  sampled=sampled)
+                  sampled=sampled, engine=engine)
 
 
 def _runner_kw(cfg: DictConfig) -> dict[str, Any]:
@@ -572,7 +573,8 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: RolloutSource,
     m = cfg.mode
     return Training(mode, policy.client, runner, runlog, scorer, learner,
                     w_opd=float(m.get("w_opd", 1.0)), w_rl=float(m.get("w_rl", 1.0)), prm_coef=float(m.get("prm_coef", 1.0)),
-                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume), evaluator=evaluator)
+                    checkpoint_every=int(cfg.learner.get("checkpoint_every", 1)), resume=bool(cfg.resume), evaluator=evaluator,
+                    engine=policy.engine)
 
 
 def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:

@@ -30,12 +30,14 @@ _thread: threading.Thread | None = None
 def _serve() -> None:
     while True:
         fn, fut = _work.get()
-        if not fut.set_running_or_notify_cancel():  # cancelled while it waited
-            continue
-        try:
-            fut.set_result(fn())
-        except BaseException as e:  # the caller's error, raised where it awaits
-            fut.set_exception(e)
+        if fut.set_running_or_notify_cancel():  # else cancelled while it waited
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # the caller's error, raised where it awaits
+                fut.set_exception(e)
+        # while this thread waits for the next call, the last one must not keep its arguments
+        # alive: a warm start's SFT learner (weights and AdamW state, GBs) stayed through RL
+        del fn, fut
 
 
 def _submit(fn: Callable[[], T]) -> concurrent.futures.Future:

@@ -154,6 +154,11 @@ class TorchLearner:
         return step_metrics(all_stats, total_loss, float(grad_norm), tokens, len(samples), t0)
 
     # ---- weights and checkpoints ---------------------------------------------------------
+    def live_weights(self) -> dict[str, torch.Tensor]:
+        """The weights being trained, by name: the tensors themselves, for an engine in this
+        process to copy (learner/training.py); they change with the next train_step."""
+        return self.model.state_dict()
+
     def save_weights(self, path: str | os.PathLike) -> Path:
         """An HF folder (safetensors + tokenizer) the engine loads via /update_weights_from_disk."""
         save_model(self.model, self.tokenizer, path)

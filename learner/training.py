@@ -8,6 +8,10 @@ run_dir/weights/vN and the serving engine loads them (`/update_weights_from_disk
 keeps serving; version N is what every later turn records. A checkpoint (weights, optimizer,
 step, version) is written after the step's metrics, so `resume=true` continues exactly; records
 a killed run wrote past its checkpoint are cut on resume (RunLog.rewind).
+
+Where the engine lives in this process (policy=local) and the learner trains in it too (the torch
+learner), the update goes as tensors instead: the engine copies the learner's weights into its
+own between batches, with no folder written and no second copy of the model read back.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,14 +57,29 @@ def with_advantages(turns: list[Turn], samples: list[Sample]) -> list[Turn]:
     return out
 
 
+class InProcessEngine(Protocol):
+    """An engine in this process that takes weights as tensors (agent/policy/engine.py)."""
+
+    async def load_weights(self, state: Mapping[str, Any], weight_version: int | None = None) -> int: ...
+
+
+@runtime_checkable
+class LiveWeights(Protocol):
+    """A learner in this process whose weights an engine can copy directly (learner/torch_learner.py)."""
+
+    def live_weights(self) -> Mapping[str, Any]: ...
+
+
 class Training:
-    """One training run: `learner` trains (the torch or megatron learner), `client` serves the policy."""
+    """One training run: `learner` trains (the torch or megatron learner), `client` serves the policy;
+    `engine`, when the serving engine lives in this process, takes the learner's weights as tensors."""
 
     def __init__(self, mode: str, client: PolicyClient, runner: RolloutSource, runlog: RunLog,
                  scorer: NextStateScorer | None, learner: Learner, *, w_opd: float = 1.0,
                  w_rl: float = 1.0, prm_coef: float = 1.0, checkpoint_every: int = 1, resume: bool = False,
-                 evaluator: Evaluator | None = None) -> None:
+                 evaluator: Evaluator | None = None, engine: InProcessEngine | None = None) -> None:
         self.evaluator = evaluator
+        self.engine = engine if isinstance(learner, LiveWeights) else None
         self.mode = mode
         self.client = client
         self.weights = {"w_opd": w_opd, "w_rl": w_rl, "prm_coef": prm_coef}
@@ -139,6 +158,10 @@ class Training:
         return float(np.mean(vals)) if vals else None
 
     async def _push_weights(self, version: int) -> None:
+        if self.engine is not None:  # the learner is idle until this returns: its tensors stay still while copied
+            await self.engine.load_weights(self.learner.live_weights(), version)
+            self.version = version
+            return
         path = self.runlog.dir / "weights" / f"v{version}"
         await on_learner_thread(self.learner.save_weights, path)
         await self.client.update_weights(str(path), version)

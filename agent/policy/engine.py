@@ -28,6 +28,7 @@ import logging
 import queue
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -222,6 +223,13 @@ class Engine:
         state = await asyncio.to_thread(self._read_weights, model_path)
         return await asyncio.wrap_future(self._submit(_Swap(state, weight_version, concurrent.futures.Future())))
 
+    async def load_weights(self, state: Mapping[str, torch.Tensor], weight_version: int | None = None) -> int:
+        """Take new weights from tensors in this process (a learner's own, by name): copied into
+        the served model between batches, with no file and no second copy of the model. The
+        caller must not change `state` until this returns."""
+        self._check_fit(state, "the weights given")
+        return await asyncio.wrap_future(self._submit(_Swap(dict(state), weight_version, concurrent.futures.Future())))
+
     async def health(self) -> bool:
         return self._thread.is_alive() and not self._closed.is_set()
 
@@ -298,15 +306,19 @@ class Engine:
         state: dict[str, torch.Tensor] = {}
         for f in files:
             state.update(load_file(str(f)))
+        self._check_fit(state, model_path)
+        return state
+
+    def _check_fit(self, state: Mapping[str, torch.Tensor], source: str) -> None:
+        """Raise unless `state` names exactly the served model's tensors, in their shapes."""
         own = self.model.state_dict()
         unexpected = sorted(set(state) - set(own))
         loaded_ptrs = {own[k].data_ptr() for k in state if k in own}
         missing = sorted(k for k in set(own) - set(state) if own[k].data_ptr() not in loaded_ptrs)  # tied weights are fine
         wrong = sorted(k for k in state if k in own and state[k].shape != own[k].shape)
         if unexpected or missing or wrong:
-            raise ValueError(f"weights in {model_path} do not fit the served model: unexpected {unexpected[:3]}, "
+            raise ValueError(f"weights in {source} do not fit the served model: unexpected {unexpected[:3]}, "
                              f"missing {missing[:3]}, wrong shape {wrong[:3]}")
-        return state
 
     # ---- worker ----
 
@@ -390,6 +402,8 @@ class Engine:
             _resolve(swap.future, self.weight_version)
         except Exception as e:
             _resolve(swap.future, error=e)
+        finally:  # the loop's locals keep the last swap until the next one: not a whole model's worth of tensors
+            swap.state_dict = {}
 
     def _forward(self, ids: list[list[int]], cache: DynamicCache, mask: torch.Tensor, pos: torch.Tensor,
                  keep: int) -> torch.Tensor:

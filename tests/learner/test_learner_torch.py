@@ -194,6 +194,30 @@ def test_saved_weights_load_into_the_engine(tmp_path):
     assert [x for x, m in zip(lps, s.loss_mask) if m] == pytest.approx(expected, abs=1e-4)
 
 
+def test_live_weights_load_into_the_engine_as_a_copy():
+    """The in-process update (policy=local): the engine copies the learner's tensors, checkpointed
+    layers included; the learner's next step does not reach the served weights until the next update."""
+    learner = TorchLearner("tiny", lr=1e-2, gradient_checkpointing=True, seed=0)
+    samples = with_current_logprobs(learner, batch())
+    learner.train_step(samples)
+    engine = Engine("tiny", dtype="float32", seed=0)
+    s = samples[0]
+
+    async def score():
+        return await engine.score(s.prompt_ids + s.response_ids, len(s.prompt_ids))
+
+    try:
+        assert asyncio.run(engine.load_weights(learner.live_weights(), 1)) == 1
+        served = asyncio.run(score())
+        expected = learner.logprobs([s])[0]
+        learner.train_step(samples)
+        assert asyncio.run(score()) == served  # a copy: the learner's later step is not served
+    finally:
+        engine.close()
+    assert [x for x, m in zip(served, s.loss_mask) if m] == pytest.approx(expected, abs=1e-4)
+    assert learner.logprobs([s])[0] != pytest.approx(expected, abs=1e-4)
+
+
 def test_bf16_autocast_and_gradient_checkpointing_train():
     ref = TorchLearner("tiny", lr=1e-3, seed=0)
     learner = TorchLearner("tiny", lr=1e-3, bf16=True, gradient_checkpointing=True, seed=0)

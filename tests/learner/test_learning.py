@@ -24,6 +24,7 @@ def test_mode_raises_mean_reward_to_0_8(tmp_path, mode):
     assert max(outcomes) >= 0.8, outcomes
     assert rows[-1]["policy_version"] >= 1
     assert all(r["status_counts"].get("infra_error", 0) == 0 for r in rows)
+    assert not (tmp_path / "weights").exists()  # policy=local: each update reached the engine as tensors
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@ batching, sampling controls, weight updates under load, clean shutdown."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 import pytest
 import torch
@@ -168,6 +170,29 @@ def test_weight_update_under_concurrent_load(tmp_path):
         assert r.weight_version in (0, 1) and len(r.output_ids) > 0
         model = old_model if r.weight_version == 0 else new_model
         assert max_diff(r.logprobs, teacher_forced(model, prompt, r.output_ids)) < TOL
+
+
+def test_weights_given_as_tensors_are_served_and_then_let_go():
+    """load_weights: tensors in, the served model changes to them, and the engine keeps no reference
+    to them afterwards (a whole model's worth of memory otherwise stays until the next update)."""
+    new_model, tok = load_model("tiny", dtype="float32", seed=1)
+    state = {k: v.clone() for k, v in new_model.state_dict().items()}
+    probe = weakref.ref(next(iter(state.values())))
+    eng = Engine("tiny", dtype="float32", seed=0)
+    prompt = tok("tensors")["input_ids"]
+    try:
+        assert asyncio.run(eng.load_weights(state, 5)) == 5
+        del state
+        gc.collect()
+        assert probe() is None
+        r = asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=8)))
+        assert r.weight_version == 5
+        assert max_diff(r.logprobs, teacher_forced(new_model, prompt, r.output_ids)) < TOL
+        with pytest.raises(ValueError, match="do not fit"):
+            asyncio.run(eng.load_weights({"no.such.weight": torch.zeros(1)}, 6))
+        assert eng.weight_version == 5
+    finally:
+        eng.close()
 
 
 def test_bad_weight_folder_fails_and_keeps_serving(tmp_path):
