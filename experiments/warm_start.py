@@ -13,7 +13,7 @@ A model folder changed in place keeps its key: clear the cache folder then.
 
 `warm_start.eval_before=false` skips the starting model's held-out evaluation. An env's config may
 choose its own warm start (env=swe picks warm_start/swe.yaml, marked `env_default: true`); it is
-skipped, with a line, where no model acts (policy=oracle / random) or with mode=sft.
+skipped, with a line, where no model acts (policy=oracle / random) or with mode=sft or mode=eval.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from agent import host_memory
 from agent.policy.models import cache_base
 from envs.base import AgentEnv, TaskSplit
-from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft
+from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft, run_mode
 from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
 from learner.sft import summary as sft_summary
@@ -44,13 +44,14 @@ MODEL_POLICIES = ("local", "sglang")  # policies that sample from cfg.model (the
 
 def enabled(cfg: DictConfig) -> bool:
     """Whether this run warm-starts. An env's own warm start (`env_default: true`, e.g. env=swe's)
-    is skipped, with a line saying so, where it does not apply: mode=sft, a policy without a model."""
+    is skipped, with a line saying so, where it does not apply: mode=sft or eval, a policy without a model."""
     ws = cfg.get("warm_start", {})
     name = str(ws.get("name", "none"))
     if name not in ("none", "sft"):
         raise ConfigError(f"warm_start must be none or sft, got {name!r}")
     if name == "sft" and bool(ws.get("env_default", False)):
-        if str(cfg.mode.name) == "sft" or str(cfg.policy.name) not in MODEL_POLICIES:
+        # mode=eval measures the model it is given, not a warm-started one
+        if str(cfg.mode.name) == "sft" or not run_mode(cfg).trains or str(cfg.policy.name) not in MODEL_POLICIES:
             log.info("warm start: env=%s's own warm start skipped (mode=%s, policy=%s)", cfg.env.name, cfg.mode.name,
                      cfg.policy.name)
             return False

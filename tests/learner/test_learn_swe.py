@@ -25,6 +25,7 @@ def test_env_swe_warm_starts_by_itself_where_a_model_acts():
     assert cfg.warm_start.name == "sft" and cfg.warm_start.cache and not cfg.warm_start.eval_before and enabled(cfg)
     assert not enabled(_cfg("env=swe", "policy=oracle"))  # no model to warm-start: skipped, not an error
     assert not enabled(_cfg("env=swe", "mode=sft"))  # the warm start on its own
+    assert not enabled(_cfg("env=swe", "mode=eval"))  # measures the model it is given
     assert not enabled(_cfg("env=swe", "warm_start=none"))
     assert _cfg("env=toolcall").warm_start.name == "none"  # other envs keep the plain default
     split = TaskSplit(["a", "b"], ["c"])
