@@ -66,8 +66,10 @@ class TorchLearner:
         if kl_coef > 0:
             self.ref_model, _ = load_model(model_name_or_path, dtype="bfloat16" if bf16 else "float32", seed=seed)
             self.ref_model.to(self.device).eval().requires_grad_(False)
+        # fused: one kernel per tensor, in place; the default (foreach) holds temporaries of about
+        # half the model's size during each step (SmolLM2-135M: +0.23 GB at the step, none fused)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), eps=adam_eps,
-                                           weight_decay=weight_decay)
+                                           weight_decay=weight_decay, fused=True)
         self.max_tokens = int(max_tokens_per_micro_batch)
         self.bf16 = bf16
         self.kl_coef = kl_coef
