@@ -103,9 +103,11 @@ class TorchLearner:
         return out
 
     # ---- training ------------------------------------------------------------------------
-    def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        """One PPO optimizer step on `samples`; returns the step's figures."""
-        return self._optimize(samples, self._ppo_loss)
+    def train_step(self, samples: list[Sample], apply: Callable[[Callable[[], None]], None] | None = None) -> dict[str, float]:
+        """One PPO optimizer step on `samples`; returns the step's figures. `apply(step)` runs the
+        optimizer step where it must (an engine serving these very weights runs it between its
+        batches, learner/training.py); here and now by default. Not called when nothing trains."""
+        return self._optimize(samples, self._ppo_loss, apply)
 
     def sft_step(self, samples: list[Sample]) -> dict[str, float]:
         """One supervised optimizer step (NLL of the loss tokens) on `samples`."""
@@ -127,7 +129,8 @@ class TorchLearner:
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
         return nll_loss(logp, batch.sample_index, n_samples, entropy)
 
-    def _optimize(self, samples: list[Sample], objective: Objective) -> dict[str, float]:
+    def _optimize(self, samples: list[Sample], objective: Objective,
+                  apply: Callable[[Callable[[], None]], None] | None = None) -> dict[str, float]:
         """One optimizer step: micro-batches' `objective` losses accumulated, clipped, AdamW."""
         t0 = time.perf_counter()
         training = trainable(samples)
@@ -150,7 +153,10 @@ class TorchLearner:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.max_grad_norm if self.max_grad_norm is not None else float("inf")
         )
-        self.optimizer.step()
+        if apply is None:
+            self.optimizer.step()
+        else:
+            apply(self.optimizer.step)
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return step_metrics(all_stats, total_loss, float(grad_norm), tokens, len(samples), t0)

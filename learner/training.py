@@ -10,18 +10,21 @@ step, version) is written after the step's metrics, so `resume=true` continues e
 a killed run wrote past its checkpoint are cut on resume (RunLog.rewind).
 
 Where the engine lives in this process (policy=local) and the learner trains in it too (the torch
-learner), the update goes as tensors instead: the engine copies the learner's weights into its
-own between batches, with no folder written and no second copy of the model read back.
+learner), no folder is written: if the engine serves the learner's dtype (float32 where the CPU
+has no bf16 units), it serves the learner's own tensors, held once, and each optimizer step runs
+on the engine's worker between batches as the update; otherwise the engine copies the learner's
+weights into its own between batches.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -62,10 +65,16 @@ class InProcessEngine(Protocol):
 
     async def load_weights(self, state: Mapping[str, Any], weight_version: int | None = None) -> int: ...
 
+    def can_share(self, state: Mapping[str, Any]) -> bool: ...
+
+    async def share_weights(self, state: Mapping[str, Any], weight_version: int | None = None) -> int: ...
+
+    def change_weights(self, apply: Callable[[], None], weight_version: int | None = None) -> concurrent.futures.Future: ...
+
 
 @runtime_checkable
 class LiveWeights(Protocol):
-    """A learner in this process whose weights an engine can copy directly (learner/torch_learner.py)."""
+    """A learner in this process whose weights an engine can copy or serve directly (learner/torch_learner.py)."""
 
     def live_weights(self) -> Mapping[str, Any]: ...
 
@@ -80,6 +89,7 @@ class Training:
                  evaluator: Evaluator | None = None, engine: InProcessEngine | None = None) -> None:
         self.evaluator = evaluator
         self.engine = engine if isinstance(learner, LiveWeights) else None
+        self.shared = False  # the engine serves the learner's own tensors (see run)
         self.mode = mode
         self.client = client
         self.weights = {"w_opd": w_opd, "w_rl": w_rl, "prm_coef": prm_coef}
@@ -138,8 +148,11 @@ class Training:
             return StepOutput(metrics, self.version, turns, score_wait)
         for s in samples:  # 0: sampled by the weights trained now, so their mismatch is precision alone
             s.meta["versions_behind"] = self.version - s.meta["policy_version"]
-        metrics["train"] = await on_learner_thread(self.learner.train_step, samples)
-        await self._push_weights(self.version + 1)
+        if self.shared:
+            metrics["train"], self.version = await self._train_shared(samples, self.version + 1)
+        else:
+            metrics["train"] = await on_learner_thread(self.learner.train_step, samples)
+            await self._push_weights(self.version + 1)
         host_memory.trim()  # the step's freed activations and weight copies (agent/host_memory.py)
         return StepOutput(metrics, self.version, turns, score_wait)
 
@@ -156,6 +169,19 @@ class Training:
         else:
             return stats["prm_score_mean"]
         return float(np.mean(vals)) if vals else None
+
+    async def _train_shared(self, samples: list[Sample], version: int) -> tuple[dict[str, float], int]:
+        """A train step on the weights the engine serves: gradients beside the serving, the
+        optimizer step on the engine's worker between batches (so no sequence sees half-stepped
+        weights), served as `version` from then on. Returns the step's figures and the version."""
+        stepped: list[int] = []
+
+        def apply(step: Callable[[], None]) -> None:  # on the learner thread
+            # resolves when the step has run, or fails when the engine closes: no wait outlives it
+            stepped.append(self.engine.change_weights(step, version).result())
+
+        out = await on_learner_thread(self.learner.train_step, samples, apply)
+        return out, (stepped[0] if stepped else self.version)
 
     async def _push_weights(self, version: int) -> None:
         if self.engine is not None:  # the learner is idle until this returns: its tensors stay still while copied
@@ -183,6 +209,11 @@ class Training:
             info = await on_learner_thread(self.learner.load_checkpoint, latest)
             start = info["step"]
             await self._push_weights(info["policy_version"])
+        if self.engine is not None:
+            live = self.learner.live_weights()
+            if self.engine.can_share(live):  # the engine's own copy is freed; updates are steps in place
+                await self.engine.share_weights(live, self.version)
+                self.shared = True
         if self.resume:  # what a killed run logged after its checkpoint is done again: once
             self.runlog.rewind(start)
         try:

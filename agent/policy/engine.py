@@ -12,7 +12,10 @@ That is what a teacher-forced forward pass (the learner's old log-probs) compute
 
 Weight updates drain: while an update is pending, new requests wait; running sequences finish on
 the old weights; then the weights are swapped and the version bumped. So each result was sampled
-by exactly one version, and nothing is lost or refused.
+by exactly one version, and nothing is lost or refused. An update comes as a folder
+(`update_weights`), as tensors copied in (`load_weights`), or, where a learner in this process
+trains tensors of the served dtype, by serving those very tensors (`share_weights`): the learner's
+optimizer step then runs here, drained, as the update (`change_weights`), and the model is held once.
 
 Prefix reuse: a finished sequence's KV (prompt + output, unpadded, on CPU) is kept in an LRU
 cache bounded in bytes. A new request reuses the longest common prefix with any entry (sliced
@@ -28,7 +31,7 @@ import logging
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -94,7 +97,7 @@ class _Seq:
 
 @dataclasses.dataclass
 class _Swap:
-    state_dict: dict[str, torch.Tensor]
+    apply: Callable[[], None] | None  # changes the served weights; dropped once run (it may hold a model's worth of tensors)
     version: int | None
     future: concurrent.futures.Future
 
@@ -221,14 +224,40 @@ class Engine:
 
     async def update_weights(self, model_path: str, weight_version: int | None = None) -> int:
         state = await asyncio.to_thread(self._read_weights, model_path)
-        return await asyncio.wrap_future(self._submit(_Swap(state, weight_version, concurrent.futures.Future())))
+        return await asyncio.wrap_future(self.change_weights(self._copier(state), weight_version))
 
     async def load_weights(self, state: Mapping[str, torch.Tensor], weight_version: int | None = None) -> int:
         """Take new weights from tensors in this process (a learner's own, by name): copied into
         the served model between batches, with no file and no second copy of the model. The
         caller must not change `state` until this returns."""
         self._check_fit(state, "the weights given")
-        return await asyncio.wrap_future(self._submit(_Swap(dict(state), weight_version, concurrent.futures.Future())))
+        return await asyncio.wrap_future(self.change_weights(self._copier(dict(state)), weight_version))
+
+    def can_share(self, state: Mapping[str, torch.Tensor]) -> bool:
+        """Whether `share_weights` can serve these tensors as they are (same dtype and device)."""
+        own = dict(self.model.named_parameters())
+        return all(k in state and state[k].dtype == p.dtype and state[k].device == p.device for k, p in own.items())
+
+    async def share_weights(self, state: Mapping[str, torch.Tensor], weight_version: int | None = None) -> int:
+        """Serve the given tensors themselves from now on (a learner's parameters, by name; see
+        `can_share`): the model's own are freed. Whoever changes them must do it through
+        `change_weights`, so that no batch runs on half-changed weights."""
+        self._check_fit(state, "the weights given")
+        if not self.can_share(state):
+            raise ValueError("share_weights: the tensors' dtype or device differs from the served model's; use load_weights")
+        params = dict(self.model.named_parameters())  # a tied weight once
+
+        def rebind() -> None:
+            for name, p in params.items():
+                p.data = state[name]
+        return await asyncio.wrap_future(self.change_weights(rebind, weight_version))
+
+    def change_weights(self, apply: Callable[[], None], weight_version: int | None = None) -> concurrent.futures.Future:
+        """Run `apply` (a change of the served weights in place, e.g. a learner's optimizer step on
+        shared weights) on the worker between batches, drained, then serve as `weight_version`
+        (default: the next). The future resolves to the version, or fails with what `apply` raised
+        (or EngineClosed); callable from any thread."""
+        return self._submit(_Swap(apply, weight_version, concurrent.futures.Future()))
 
     async def health(self) -> bool:
         return self._thread.is_alive() and not self._closed.is_set()
@@ -308,6 +337,9 @@ class Engine:
             state.update(load_file(str(f)))
         self._check_fit(state, model_path)
         return state
+
+    def _copier(self, state: Mapping[str, torch.Tensor]) -> Callable[[], None]:
+        return lambda: self.model.load_state_dict(state, strict=False)
 
     def _check_fit(self, state: Mapping[str, torch.Tensor], source: str) -> None:
         """Raise unless `state` names exactly the served model's tensors, in their shapes."""
@@ -397,13 +429,14 @@ class Engine:
     def _swap(self, swap: _Swap) -> None:
         self._prefix.clear()  # computed by the old weights (and a failed load may leave them half-changed)
         try:
-            self.model.load_state_dict(swap.state_dict, strict=False)
+            with torch.inference_mode(False):  # a shared learner's optimizer state must be ordinary tensors
+                swap.apply()
             self.weight_version = swap.version if swap.version is not None else self.weight_version + 1
             _resolve(swap.future, self.weight_version)
         except Exception as e:
             _resolve(swap.future, error=e)
         finally:  # the loop's locals keep the last swap until the next one: not a whole model's worth of tensors
-            swap.state_dict = {}
+            swap.apply = None
 
     def _forward(self, ids: list[list[int]], cache: DynamicCache, mask: torch.Tensor, pos: torch.Tensor,
                  keep: int) -> torch.Tensor:

@@ -218,6 +218,43 @@ def test_live_weights_load_into_the_engine_as_a_copy():
     assert learner.logprobs([s])[0] != pytest.approx(expected, abs=1e-4)
 
 
+def test_shared_weights_are_served_and_stepped_between_batches():
+    """Where the engine serves the learner's dtype (policy=local without bf16 units), it serves the
+    learner's tensors themselves, so the model is held once, and the optimizer step runs on the
+    engine's worker between batches as the next version; a bf16 engine cannot share and says so."""
+    learner = TorchLearner("tiny", lr=1e-2, gradient_checkpointing=True, seed=0)
+    samples = with_current_logprobs(learner, batch())
+    live = learner.live_weights()
+    engine = Engine("tiny", dtype="float32", seed=1)  # other weights than the learner's until shared
+    s = samples[0]
+    versions: list[int] = []
+
+    async def score():
+        return await engine.score(s.prompt_ids + s.response_ids, len(s.prompt_ids))
+
+    try:
+        assert engine.can_share(live)
+        assert asyncio.run(engine.share_weights(live, 0)) == 0
+        assert all(p.data_ptr() == live[n].data_ptr() for n, p in engine.model.named_parameters())
+        before, expected_before = asyncio.run(score()), learner.logprobs([s])[0]
+        learner.train_step(samples, lambda step: versions.append(engine.change_weights(step, 1).result()))
+        after = asyncio.run(score())
+    finally:
+        engine.close()
+    assert versions == [1] and engine.weight_version == 1
+    masked = lambda lps: [x for x, m in zip(lps, s.loss_mask) if m]
+    assert masked(before) == pytest.approx(expected_before, abs=1e-4)  # the learner's weights, not the engine's own
+    assert masked(after) == pytest.approx(learner.logprobs([s])[0], abs=1e-4)
+    assert masked(after) != pytest.approx(masked(before), abs=1e-4)  # the step reached the served weights
+    bf16 = Engine("tiny", dtype="bfloat16", seed=0)
+    try:
+        assert not bf16.can_share(live)
+        with pytest.raises(ValueError, match="use load_weights"):
+            asyncio.run(bf16.share_weights(live, 1))
+    finally:
+        bf16.close()
+
+
 def test_bf16_autocast_and_gradient_checkpointing_train():
     ref = TorchLearner("tiny", lr=1e-3, seed=0)
     learner = TorchLearner("tiny", lr=1e-3, bf16=True, gradient_checkpointing=True, seed=0)
