@@ -12,8 +12,10 @@ settings starts from it at once; run_dir/warm_start then holds the cached rows a
 A model folder changed in place keeps its key: clear the cache folder then.
 
 `warm_start.eval_before=false` skips the starting model's held-out evaluation. An env's config may
-choose its own warm start (env=swe picks warm_start/swe.yaml, marked `env_default: true`); it is
-skipped, with a line, where no model acts (policy=oracle / random) or with mode=sft or mode=eval.
+choose its own warm start for the shipped model (env=swe and env=toolcall pick warm_start/swe.yaml
+and toolcall.yaml, marked `env_default: true`); it is skipped, with a line, for another model
+(model=local, model=tiny: `warm_start=sft` gives them one), where no model acts (policy=oracle /
+random) and with mode=sft or mode=eval.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from learner.sft import summary as sft_summary
 log = logging.getLogger(__name__)
 BEFORE = "before warm start"  # the label of the starting model's held-out figures
 MODEL_POLICIES = ("local", "sglang")  # policies that sample from cfg.model (the others have no weights to warm-start)
+SHIPPED_MODEL = "smollm2"  # the model an env's own warm start is for (model=smollm2)
 
 
 def enabled(cfg: DictConfig) -> bool:
@@ -50,10 +53,12 @@ def enabled(cfg: DictConfig) -> bool:
     if name not in ("none", "sft"):
         raise ConfigError(f"warm_start must be none or sft, got {name!r}")
     if name == "sft" and bool(ws.get("env_default", False)):
-        # mode=eval measures the model it is given, not a warm-started one
-        if str(cfg.mode.name) == "sft" or not run_mode(cfg).trains or str(cfg.policy.name) not in MODEL_POLICIES:
-            log.info("warm start: env=%s's own warm start skipped (mode=%s, policy=%s)", cfg.env.name, cfg.mode.name,
-                     cfg.policy.name)
+        # it teaches the shipped model the env's format: another model (a user's, a warm-started
+        # checkpoint, the test model) starts as given; mode=eval measures the model it is given
+        if (str(cfg.model.name) != SHIPPED_MODEL or str(cfg.mode.name) == "sft" or not run_mode(cfg).trains
+                or str(cfg.policy.name) not in MODEL_POLICIES):
+            log.info("warm start: env=%s's own warm start skipped (model=%s, mode=%s, policy=%s; warm_start=sft runs one)",
+                     cfg.env.name, cfg.model.name, cfg.mode.name, cfg.policy.name)
             return False
     if name == "sft" and str(cfg.mode.name) == "sft":
         raise ConfigError("warm_start=sft goes with an RL mode; mode=sft is the warm start on its own")

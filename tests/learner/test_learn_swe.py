@@ -27,7 +27,12 @@ def test_env_swe_warm_starts_by_itself_where_a_model_acts():
     assert not enabled(_cfg("env=swe", "mode=sft"))  # the warm start on its own
     assert not enabled(_cfg("env=swe", "mode=eval"))  # measures the model it is given
     assert not enabled(_cfg("env=swe", "warm_start=none"))
-    assert _cfg("env=toolcall").warm_start.name == "none"  # other envs keep the plain default
+    assert not enabled(_cfg("env=swe", "model=tiny"))  # for the shipped model: another one starts as given
+    assert not enabled(_cfg("env=swe", "model=local", "model.path=/a/warm-started/checkpoint"))
+    assert enabled(_cfg("env=swe", "model=tiny", "warm_start=sft"))  # unless asked for
+    toolcall = _cfg()  # the default env has its own too (the shipped model never calls its tool untaught)
+    assert toolcall.env.name == "toolcall" and toolcall.warm_start.env_default and enabled(toolcall)
+    assert _cfg("env=terminal").warm_start.name == "none"  # envs without one keep the plain default
     split = TaskSplit(["a", "b"], ["c"])
     assert cache_key(cfg, split) == cache_key(_cfg("env=swe", "warm_start.cache=false"), split)  # where it is kept is no setting
     assert cache_key(cfg, split) != cache_key(cfg, TaskSplit(["a", "c"], ["b"]))  # other tasks held out: another warm start
