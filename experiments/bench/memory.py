@@ -7,7 +7,8 @@ Cases (`--case quickstart|terminal|all`, default all), each an `experiments.run`
 The parts a job must hold (its own sizes, read from the job's config.yaml):
   runtime      RSS of a fresh interpreter that imported the run's modules (measured in this run)
   learner      float32 parameters + gradients + AdamW's two moments (4 x parameters x 4 bytes)
-  engine       the serving copy of the weights in the engine's dtype
+  engine       the serving copy of the weights in the engine's dtype; none where the engine serves
+               the learner's own tensors (policy=local, learner=torch, a float32 engine)
   kv_budget    the engine's prefix-cache budget (policy.prefix_cache_mb; auto: the engine's weights)
 Printed per case: the job's peak RSS (the kernel's high-water mark, from its last metrics row) and
 each phase's, the parts, and ratio = peak / sum of parts (goal <= 1.5). Other arguments go to
@@ -54,10 +55,12 @@ def parts(config: dict[str, Any], runtime: int) -> dict[str, int]:
     model, _ = load_model(str(config["model"]["path"]), dtype="float32", seed=int(config.get("seed", 0)))
     n = sum(p.numel() for p in model.parameters())
     del model
-    engine = n * torch.finfo(resolve_dtype(str(config["model"].get("dtype", "auto")))).bits // 8
+    served = n * torch.finfo(resolve_dtype(str(config["model"].get("dtype", "auto")))).bits // 8
+    shared = (config.get("policy", {}).get("name") == "local" and config.get("learner", {}).get("name") == "torch"
+              and served == 4 * n)  # the engine serves the learner's float32 tensors (learner/training.py)
     budget = prefix_cache_mb(config.get("policy", {}).get("prefix_cache_mb", 0))
-    return {"runtime": runtime, "learner": 4 * n * 4, "engine": engine,
-            "kv_budget": engine if budget is None else int(budget * 2**20)}
+    return {"runtime": runtime, "learner": 4 * n * 4, "engine": 0 if shared else served,
+            "kv_budget": served if budget is None else int(budget * 2**20)}
 
 
 def run_case(name: str, extra: list[str], runtime: int, timeout_s: float) -> dict[str, Any]:

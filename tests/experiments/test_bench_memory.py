@@ -17,6 +17,12 @@ def test_parts_are_the_models_sizes():
     assert sizes == {"runtime": 100, "learner": 16 * n, "engine": 4 * n, "kv_budget": 4 * n}
     config["model"]["dtype"], config["policy"]["prefix_cache_mb"] = "bfloat16", 1
     assert memory.parts(config, runtime=0) == {"runtime": 0, "learner": 16 * n, "engine": 2 * n, "kv_budget": 2**20}
+    # a float32 engine in the torch learner's process serves the learner's tensors: no copy of its own
+    shared = {"model": {"path": "tiny", "dtype": "float32"}, "policy": {"name": "local", "prefix_cache_mb": "auto"},
+              "learner": {"name": "torch"}}
+    assert memory.parts(shared, runtime=0) == {"runtime": 0, "learner": 16 * n, "engine": 0, "kv_budget": 4 * n}
+    shared["model"]["dtype"] = "bfloat16"
+    assert memory.parts(shared, runtime=0)["engine"] == 2 * n
 
 
 @pytest.mark.slow
