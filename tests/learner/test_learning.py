@@ -28,6 +28,19 @@ def test_mode_raises_mean_reward_to_0_8(tmp_path, mode):
 
 
 @pytest.mark.slow
+def test_a_bf16_engine_takes_each_update_as_a_copy(tmp_path):
+    """policy=local with an engine in another dtype than the float32 learner: no weights shared,
+    each update copied in as tensors (no folder), and later turns are sampled by later versions."""
+    p = run_cli(*COMMON, "mode=outcome", "model.dtype=bfloat16", "steps=3", f"run_dir={tmp_path}", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    turns = [json.loads(line) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]
+    assert [r["policy_version"] for r in rows] == [1, 2, 3]
+    assert max(t["policy_version"] for t in turns) >= 1
+    assert not (tmp_path / "weights").exists()
+
+
+@pytest.mark.slow
 def test_turn_records_carry_the_scores_and_advantages_they_were_trained_on(tmp_path):
     """Scoring runs beside the rollouts (max_staleness=1 also overlaps the next step's): every
     turn in turns.jsonl carries its judge votes and, where it made a sample, the advantage the
