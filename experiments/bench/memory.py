@@ -11,7 +11,8 @@ The parts a job must hold (its own sizes, read from the job's config.yaml):
                the learner's own tensors (policy=local, learner=torch, a float32 engine)
   kv_budget    the engine's prefix-cache budget (policy.prefix_cache_mb; auto: the engine's weights)
 Printed per case: the job's peak RSS (the kernel's high-water mark, from its last metrics row) and
-each phase's, the parts, and ratio = peak / sum of parts (goal <= 1.5). Other arguments go to
+each phase's, the parts, and ratio = peak / sum of parts (goal <= 1.5); bench.json also keeps the
+job's held-out pass@1 by update (heldout_pass1). Other arguments go to
 every job (e.g. `model=tiny steps=1` for a quick check).
 """
 from __future__ import annotations
@@ -81,6 +82,8 @@ def run_case(name: str, extra: list[str], runtime: int, timeout_s: float) -> dic
         if not memories:
             raise SystemExit(f"bench memory: the {name} job's metrics carry no memory figures")
         memory = memories[-1]
+        # what the job learned beside what it held: a leaner job must still learn
+        heldout = {str(r["step"]): round(r["heldout/pass@1"], 3) for r in rows if "heldout/pass@1" in r}
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
     sizes = parts(config, runtime)
     peak = int(memory["peak_rss_gb"] * 1e9)
@@ -92,6 +95,7 @@ def run_case(name: str, extra: list[str], runtime: int, timeout_s: float) -> dic
         "parts_sum_gb": round(sum(sizes.values()) / 1e9, 3),
         "ratio": round(peak / sum(sizes.values()), 3),
         "goal": GOAL,
+        "heldout_pass1": heldout,
     }
 
 

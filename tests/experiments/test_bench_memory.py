@@ -35,3 +35,4 @@ def test_quickstart_case_reports_its_peak_phases_and_ratio():
     assert {"warm start", "rollouts", "train", "eval"} <= set(q["phase_peak_gb"])
     assert all(v <= q["peak_gb"] + 1e-3 for v in q["phase_peak_gb"].values())
     assert q["ratio"] == pytest.approx(q["peak_gb"] / q["parts_sum_gb"], rel=0.01)
+    assert "0" in q["heldout_pass1"] and all(0 <= v <= 1 for v in q["heldout_pass1"].values())
