@@ -25,6 +25,9 @@ OLD = ["model.dtype=float32", "learner.bf16=false", "policy.prefix_cache_mb=0", 
        "learner.tis_cap=null"]
 # eval.n_tasks=0: the held-out evaluations before and after (32 greedy episodes) would dwarf the step
 COMMON = ["steps=1", "eval.n_tasks=0", "wandb.mode=disabled", "progress=false"]
+# the step of the untrained model, as older revisions (which have no warm-start settings) run it:
+# on this code the default env warms the shipped model up first, and its SFT is no step
+NO_WARM_START = ["warm_start=none"]
 
 
 def run_job(overrides: list[str], run_dir: Path, timeout_s: float, cwd: Path | None = None) -> dict[str, Any]:
@@ -70,8 +73,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         rev, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
         with (worktree(rev, Path(tmp) / "old-code") if rev else contextlib.nullcontext()) as old_code:
-            old = run_job([*OLD, *argv], Path(tmp) / "old", timeout_s=3600, cwd=old_code)
-        new = run_job(list(argv), Path(tmp) / "new", timeout_s=3600)
+            old = run_job([*OLD, *([] if rev else NO_WARM_START), *argv], Path(tmp) / "old", timeout_s=3600, cwd=old_code)
+        new = run_job([*NO_WARM_START, *argv], Path(tmp) / "new", timeout_s=3600)
     step_old, step_new = old["rollout_s"] + old["train_s"], new["rollout_s"] + new["train_s"]
     ratio = step_old / step_new if step_new > 0 else None
     return {
