@@ -29,7 +29,7 @@ from experiments.factories import (ConfigError, branching, build_env, build_eval
                                    build_training, eval_settings, loop_config, run_mode)
 from experiments.view.pages import token_panel
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
-from learner.compute_thread import on_learner_thread
+from learner.compute_thread import exit_now, on_learner_thread
 from learner.evaluation import heldout_curve
 from learner.loop import run_loop
 from learner.runlog import RunLog
@@ -136,18 +136,21 @@ def main(cfg: DictConfig) -> None:
     TRACEBACKS.setLevel(logging.INFO)
     log.info("run %s -> %s", cfg.name, runlog.dir)
     runlog.add_sink(wandb_sink(cfg, runlog.dir))
+    failed = None
     try:
         rows = asyncio.run(run_experiment(cfg, runlog))
     except (ConfigError, PolicyUnavailable, DemoError) as e:
-        sys.exit(f"error: {e}")
+        failed = f"error: {e}"
     except EpisodesFailed as e:
-        sys.exit(f"error: {e}\nfull tracebacks: {runlog.dir / TRACEBACK_LOG}")
+        failed = f"error: {e}\nfull tracebacks: {runlog.dir / TRACEBACK_LOG}"
     except ForkError as e:
-        sys.exit(f"error: rollout.branch needs an env that can fork: {e}; set rollout.branch.at=none")
+        failed = f"error: rollout.branch needs an env that can fork: {e}; set rollout.branch.at=none"
     except KeyboardInterrupt:
-        sys.exit("interrupted: everything this run started was stopped")
+        failed = "interrupted: everything this run started was stopped"
     finally:
         runlog.close()
+    if failed is not None:  # the run's parts are stopped; a learner step may still run on its thread
+        exit_now(failed)
     if rows and rows[-1].get("model_path"):  # mode=sft: what a later run starts from
         log.info("done: %s; start from it with model=local model.path=%s", sft_summary(rows), rows[-1]["model_path"])
         return

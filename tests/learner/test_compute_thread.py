@@ -61,3 +61,30 @@ def test_a_cancelled_long_step_does_not_hold_the_process():
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "cancelled"
     assert time.monotonic() - t0 < 30  # not the step's 120 s
+
+
+def test_a_run_stopped_mid_torch_step_exits_with_its_own_last_line():
+    """Interrupted while the learner thread is inside a torch op, a run leaves through exit_now:
+    exit 1 with its own last line, not a C++ abort (exit 134) of the interpreter's teardown."""
+    script = textwrap.dedent("""
+        import asyncio, torch
+        from learner.compute_thread import exit_now, on_learner_thread
+
+        def step():
+            a = torch.randn(1500, 1500)
+            for _ in range(100000):
+                a = torch.tanh(a @ a)
+
+        async def main():
+            asyncio.ensure_future(on_learner_thread(step))
+            await asyncio.sleep(2)
+            raise KeyboardInterrupt
+
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            exit_now("interrupted: everything this run started was stopped")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1] == "interrupted: everything this run started was stopped"
