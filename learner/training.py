@@ -203,17 +203,18 @@ class Training:
 
     # ---- the run -----------------------------------------------------------------------
     async def run(self, loop_cfg: LoopConfig) -> list[dict[str, Any]]:
-        start = 0
+        start, version = 0, self.version
         latest = self.runlog.checkpoints / "latest"
-        if self.resume and (latest / "learner.json").is_file():
+        resumed = self.resume and (latest / "learner.json").is_file()
+        if resumed:
             info = await on_learner_thread(self.learner.load_checkpoint, latest)
-            start = info["step"]
-            await self._push_weights(info["policy_version"])
-        if self.engine is not None:
-            live = self.learner.live_weights()
-            if self.engine.can_share(live):  # the engine's own copy is freed; updates are steps in place
-                await self.engine.share_weights(live, self.version)
-                self.shared = True
+            start, version = info["step"], info["policy_version"]
+        live = self.learner.live_weights() if self.engine is not None else None
+        if live is not None and self.engine.can_share(live):  # the engine's own copy is freed; updates are steps in place
+            await self.engine.share_weights(live, version)
+            self.version, self.shared = version, True
+        elif resumed:  # the checkpoint's weights to the engine, once
+            await self._push_weights(version)
         if self.resume:  # what a killed run logged after its checkpoint is done again: once
             self.runlog.rewind(start)
         try:
