@@ -256,13 +256,15 @@ def _flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def group_runs(runs: list[Run]) -> list[Group]:
+def group_runs(runs: list[Run], same: Sequence[str] = ()) -> list[Group]:
     """Runs grouped by env, mode and every other config key whose value differs between them (in
     the order of first appearance). A key under a config group (`model.path`) whose value follows
-    from that group's differing name (`model.name`) adds nothing and is left out of the label."""
+    from that group's differing name (`model.name`) adds nothing and is left out of the label.
+    Keys in `same` do not split groups: settings that change how a run computes, not what (e.g.
+    learner.max_tokens_per_micro_batch, the packing of one batch's gradient into micro-batches)."""
     flat = [_flatten(r.config) for r in runs]
     shared = set.intersection(*(set(f) for f in flat)) if flat else set()
-    varying = {k for k in shared if k.split(".")[0] not in BOOKKEEPING and len({f[k] for f in flat}) > 1}
+    varying = {k for k in shared if k.split(".")[0] not in BOOKKEEPING and k not in same and len({f[k] for f in flat}) > 1}
 
     def follows_name(k: str) -> bool:
         name = k.split(".")[0] + ".name"
@@ -483,7 +485,7 @@ def plots(groups: list[Group], out: Path, figures: list[Figure], ci: str = "t") 
 
 
 def compare(run_dirs: list[str | Path], out: str | Path, at: list[int] | None = None, figure: str | None = None,
-            ci: str = "t") -> Path:
+            ci: str = "t", same: Sequence[str] = ()) -> Path:
     """Write DIR/report.md and the PNGs; returns the report's path."""
     with Progress("compare", total=len(run_dirs) + 1) as bar:
         runs = []
@@ -493,7 +495,7 @@ def compare(run_dirs: list[str | Path], out: str | Path, at: list[int] | None = 
             bar.advance()
         head = headline(runs, figure)
         at = default_at(runs, head[2]) if at is None else at
-        groups = group_runs(runs)
+        groups = group_runs(runs, same)
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(status="plotting")
@@ -519,13 +521,15 @@ def main(argv: list[str] | None = None) -> None:
                          "else heldout_outcome, else reward)")
     ap.add_argument("--ci", choices=sorted(CI), default="t",
                     help="95%% interval of a group's mean: Student t (default) or percentile bootstrap")
+    ap.add_argument("--same", default="", help="config keys whose values do not split groups, comma-separated "
+                                                "(settings that change how runs compute, not what)")
     args = ap.parse_args(argv)
     try:
         at = [int(x) for x in args.at.split(",")] if args.at else None
     except ValueError:
         sys.exit(f"error: --at takes comma-separated update counts such as 0,8,16, not {args.at!r}")
     try:
-        report = compare(args.run_dirs, args.out, at, args.figure, args.ci)
+        report = compare(args.run_dirs, args.out, at, args.figure, args.ci, [k for k in args.same.split(",") if k])
     except CompareError as e:
         sys.exit(f"error: {e}")
     print(report.read_text(), end="")

@@ -25,6 +25,7 @@ computed; every key is optional:
         runs: [outcome-s0, integrated-s0]    # default: every training run
         figure: heldout_outcome          # compare's --figure (default: compare's headline)
         at: [0, 4, 8, 12]                # compare's --at (default: 0, N/2, N)
+        same: [learner.max_tokens_per_micro_batch]   # compare's --same: keys that do not split groups
     tables:                              # figures with no JSON record, recorded by hand
       - caption: ...
         header: [command, figures, goal]
@@ -301,9 +302,11 @@ def comparison(e: Experiment, spec: dict[str, Any], img: Path, many: bool) -> st
     except cmp.CompareError as err:
         raise ReportError(f"{e.dir}: {err}")
     at = [int(k) for k in spec["at"]] if spec.get("at") else cmp.default_at(runs, figure[2])
-    groups = cmp.group_runs(runs)
+    same = [str(k) for k in spec.get("same") or []]
+    groups = cmp.group_runs(runs, same)
     command = "python -m experiments.compare " + " ".join(_shown(r.dir) for r in runs) + " --out DIR --at " + \
-        ",".join(map(str, at)) + (f" --figure {spec['figure']}" if spec.get("figure") else "")
+        ",".join(map(str, at)) + (f" --figure {spec['figure']}" if spec.get("figure") else "") + \
+        (f" --same {','.join(same)}" if same else "")
     parts = [f"### {spec.get('title', 'Comparison')}\n" if many or spec.get("title") else "",
              f"```\n{command}\n```\n", pass1_table(runs, at), cmp.at_steps_table(runs, figure, at),
              cmp.groups_table(groups, figure, at), cmp.rise_table(groups, figure, at),

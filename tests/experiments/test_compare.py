@@ -233,6 +233,10 @@ def test_a_group_is_mode_and_whatever_else_differs(tmp_path):
         ("binary learner.lr=1e-05 model.name=tiny", [0, 1]), ("binary learner.lr=1e-05 model.name=smollm2", [0, 1]),
         ("binary learner.lr=0.0001 model.name=tiny", [0])]
     assert [g.label for g in group_runs([load_run(d) for d in dirs[:2]])] == ["binary"]
+    # a key named as the same setting does not split groups
+    pooled = group_runs([load_run(d) for d in dirs], same=["learner.lr"])
+    assert [(g.label, [r.seed for r in g.runs]) for g in pooled] == [
+        ("binary model.name=tiny", [0, 1, 0]), ("binary model.name=smollm2", [0, 1])]
 
 
 def test_plots_shade_a_band_per_group(seeds3, tmp_path):
