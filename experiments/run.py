@@ -122,6 +122,7 @@ def main(cfg: DictConfig) -> None:
         MegatronLearner.from_config(cfg).follow()  # under torchrun rank 0 runs the experiment; this rank its learner calls
         return
     sigterm_as_sigint()
+    host_memory.map_large_blocks()  # freed tensors go back to the OS instead of fragmenting the heap
     setup_logging()
     progress.configure(bool(cfg.progress))  # every bar: model conversion, training steps, ...
     try:
