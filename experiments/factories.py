@@ -625,7 +625,7 @@ def _build_learner(cfg: DictConfig, lr: float | None = None) -> Learner:
 
         return TorchLearner(str(cfg.model.path), lr=float(lc.lr if lr is None else lr), betas=tuple(lc.betas),
                             weight_decay=float(lc.weight_decay),
-                            adam_eps=float(lc.adam_eps),
+                            adam_eps=float(lc.adam_eps), optimizer_state_dtype=str(lc.optimizer_state_dtype),
                             max_tokens_per_micro_batch=int(lc.max_tokens_per_micro_batch),
                             bf16=learner_bf16(lc.bf16, str(cfg.model.dtype)),
                             gradient_checkpointing=bool(lc.gradient_checkpointing), kl_coef=float(lc.kl_coef),

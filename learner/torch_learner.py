@@ -8,7 +8,8 @@ batch's sample count, so the accumulated gradient is the gradient of the batch l
 packing. Fully masked samples count in that denominator but are not computed.
 
 Only the hidden states of loss tokens go through the LM head (multi-turn prompts are long, and
-their logits would be thrown away). Parameters and optimizer state are float32; `bf16=True`
+their logits would be thrown away). Parameters are float32, AdamW's moments too unless
+`optimizer_state_dtype="bfloat16"` (learner/optim.py: half the optimizer state); `bf16=True`
 runs forward and backward under bfloat16 autocast (it helps on GPUs and on CPUs with bf16
 units). A frozen reference model is loaded only when kl_coef > 0.
 """
@@ -26,6 +27,7 @@ from envs.progress import Progress
 from learner.batching import Batch, micro_batches, step_metrics, trainable
 from learner.checkpoints import checkpoint_commit, checkpoint_info, checkpoint_tmp
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
+from learner.optim import AdamW
 from learner.samples import Sample
 
 # (loss-token logits, their micro-batch, the whole batch's sample count) -> (loss, stats)
@@ -42,6 +44,7 @@ class TorchLearner:
         betas: tuple[float, float] = (0.9, 0.98),
         weight_decay: float = 0.1,
         adam_eps: float = 1e-8,
+        optimizer_state_dtype: str = "float32",
         max_tokens_per_micro_batch: int = 8192,
         bf16: bool = False,
         gradient_checkpointing: bool = False,
@@ -66,10 +69,7 @@ class TorchLearner:
         if kl_coef > 0:
             self.ref_model, _ = load_model(model_name_or_path, dtype="bfloat16" if bf16 else "float32", seed=seed)
             self.ref_model.to(self.device).eval().requires_grad_(False)
-        # fused: one kernel per tensor, in place; the default (foreach) holds temporaries of about
-        # half the model's size during each step (SmolLM2-135M: +0.23 GB at the step, none fused)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), eps=adam_eps,
-                                           weight_decay=weight_decay, fused=True)
+        self.optimizer = _adamw(self.model.parameters(), lr, tuple(betas), adam_eps, weight_decay, optimizer_state_dtype)
         self.max_tokens = int(max_tokens_per_micro_batch)
         self.bf16 = bf16
         self.kl_coef = kl_coef
@@ -194,6 +194,22 @@ class TorchLearner:
 
     def close(self) -> None:
         """Nothing to release: one process, and its memory goes with the object."""
+
+
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _adamw(params: Any, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
+           state_dtype: str) -> torch.optim.Optimizer:
+    """AdamW with its moments in `state_dtype`: torch's fused kernel for float32 (one kernel per
+    tensor, in place; the default foreach step holds temporaries of about half the model's size:
+    SmolLM2-135M +0.23 GB at the step, none fused), learner/optim.py's for bfloat16 (half the
+    optimizer state)."""
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError(f"optimizer_state_dtype must be one of {', '.join(STATE_DTYPES)}, got {state_dtype!r}")
+    if state_dtype == "float32":
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
+    return AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, state_dtype=STATE_DTYPES[state_dtype])
 
 
 def _check_plain_head(model: torch.nn.Module) -> None:

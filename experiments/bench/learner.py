@@ -1,7 +1,8 @@
 """`python -m experiments.bench learner`: training tokens/s of TorchLearner.train_step against a
 bare loop (the same model, batch and AdamW; plain forward + backward + step) in the same run,
-both at the default precision (`--precision auto`: bf16 where the CPU has bf16 units), and the
-learner in bf16 against the learner in float32.
+both at the default precision (`--precision auto`: bf16 where the CPU has bf16 units), the
+learner in bf16 against the learner in float32, and AdamW's moments in bfloat16 against float32
+(`learner.optimizer_state_dtype`).
 
 The steps alternate, so load from other processes hits all alike; the figures are ratios of
 median tokens/s (goal: learner >= 0.9x the bare loop). Achieved TFLOP/s (6 x non-embedding
@@ -103,14 +104,17 @@ def main(argv: list[str]) -> dict[str, Any]:
     budget = args.samples * (args.prompt_len + args.response_len)
     learner = TorchLearner(args.model, lr=1e-6, bf16=bf16, device=str(device), max_tokens_per_micro_batch=budget)
     other = TorchLearner(args.model, lr=1e-6, bf16=not bf16, device=str(device), max_tokens_per_micro_batch=budget)
+    narrow = TorchLearner(args.model, lr=1e-6, bf16=bf16, device=str(device), max_tokens_per_micro_batch=budget,
+                          optimizer_state_dtype="bfloat16")
     vocab = int(learner.model.get_output_embeddings().weight.shape[0])
     samples = make_batch(vocab, args.samples, args.prompt_len, args.response_len, seed=0)
     bare = BareLoop(args.model, samples, 1e-6, learner.device, bf16)
     tokens = sum(s.n_tokens for s in samples)
     non_embedding = sum(p.numel() for n, p in learner.model.named_parameters() if "embed" not in n and "lm_head" not in n)
 
-    times: dict[str, list[float]] = {"learner": [], "bare": [], "other": []}
-    steps = {"learner": lambda: learner.train_step(samples), "bare": bare.step, "other": lambda: other.train_step(samples)}
+    times: dict[str, list[float]] = {"learner": [], "bare": [], "other": [], "narrow": []}
+    steps = {"learner": lambda: learner.train_step(samples), "bare": bare.step, "other": lambda: other.train_step(samples),
+             "narrow": lambda: narrow.train_step(samples)}
     for i in range(args.warmup + args.iters):
         for name, fn in steps.items():
             sync(device)
@@ -137,6 +141,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "goal": 0.9,
         "meets_goal": ratio >= 0.9,
         "bf16_vs_fp32_learner": round(bf16_tps / fp32_tps, 3),
+        "bf16_moments_vs_fp32_moments": round(tps["narrow"] / tps["learner"], 3),
         "learner_tflops": round(6 * non_embedding * tps["learner"] / 1e12, 4),
         "cpu_peak_tflops_estimate": None if peak is None else round(peak, 3),
     }

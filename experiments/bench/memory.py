@@ -6,7 +6,8 @@ Cases (`--case quickstart|terminal|all`, default all), each an `experiments.run`
   terminal    one outcome step of 128 concurrent terminal episodes (bwrap) with the tiny model
 The parts a job must hold (its own sizes, read from the job's config.yaml):
   runtime      RSS of a fresh interpreter that imported the run's modules (measured in this run)
-  learner      float32 parameters + gradients + AdamW's two moments (4 x parameters x 4 bytes)
+  learner      float32 parameters and gradients + AdamW's two moments (float32, or bfloat16 where
+               learner.optimizer_state_dtype says so)
   engine       the serving copy of the weights in the engine's dtype; none where the engine serves
                the learner's own tensors (policy=local, learner=torch, a float32 engine)
   kv_budget    the engine's prefix-cache budget (policy.prefix_cache_mb; auto: the engine's weights)
@@ -60,7 +61,8 @@ def parts(config: dict[str, Any], runtime: int) -> dict[str, int]:
     shared = (config.get("policy", {}).get("name") == "local" and config.get("learner", {}).get("name") == "torch"
               and served == 4 * n)  # the engine serves the learner's float32 tensors (learner/training.py)
     budget = prefix_cache_mb(config.get("policy", {}).get("prefix_cache_mb", 0))
-    return {"runtime": runtime, "learner": 4 * n * 4, "engine": 0 if shared else served,
+    moments = 2 if config.get("learner", {}).get("optimizer_state_dtype") == "bfloat16" else 4  # bytes each
+    return {"runtime": runtime, "learner": n * (4 + 4 + 2 * moments), "engine": 0 if shared else served,
             "kv_budget": served if budget is None else int(budget * 2**20)}
 
 

@@ -23,6 +23,8 @@ def test_parts_are_the_models_sizes():
     assert memory.parts(shared, runtime=0) == {"runtime": 0, "learner": 16 * n, "engine": 0, "kv_budget": 4 * n}
     shared["model"]["dtype"] = "bfloat16"
     assert memory.parts(shared, runtime=0)["engine"] == 2 * n
+    shared["learner"]["optimizer_state_dtype"] = "bfloat16"  # AdamW's moments at 2 bytes each
+    assert memory.parts(shared, runtime=0)["learner"] == 12 * n
 
 
 @pytest.mark.slow
