@@ -225,6 +225,21 @@ def test_close_fails_waiting_requests_and_refuses_new():
         asyncio.run(eng.generate([1], SamplingParams()))
 
 
+def test_a_closed_engine_lets_its_model_and_cache_go_while_it_is_still_held():
+    eng = Engine("tiny", dtype="float32", seed=0)
+    asyncio.run(eng.generate([1, 2, 3, 4, 5, 6, 7, 8, 9], SamplingParams(max_new_tokens=2)))  # fills the prefix cache
+    assert eng.prefix_cache_stats()["bytes_used"] > 0
+    model = weakref.ref(eng.model)
+    holder = [eng]  # e.g. an HTTP app's handlers, whose holders the garbage collector cannot always see
+    eng.close()
+    gc.collect()
+    assert model() is None and eng.prefix_cache_stats()["bytes_used"] == 0
+    assert not eng.can_share({})
+    with pytest.raises(EngineClosed):
+        asyncio.run(eng.load_weights({}))
+    assert holder[0] is eng
+
+
 def test_worker_crash_fails_requests_instead_of_hanging():
     eng = Engine("tiny", dtype="float32", seed=0)
 
