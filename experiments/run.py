@@ -122,7 +122,8 @@ def main(cfg: DictConfig) -> None:
         MegatronLearner.from_config(cfg).follow()  # under torchrun rank 0 runs the experiment; this rank its learner calls
         return
     sigterm_as_sigint()
-    host_memory.map_large_blocks()  # freed tensors go back to the OS instead of fragmenting the heap
+    if cfg.get("malloc_mmap_threshold_mb") is not None:  # less memory, slower steps (agent/host_memory.py)
+        host_memory.map_large_blocks(int(float(cfg.malloc_mmap_threshold_mb) * 2**20))
     setup_logging()
     progress.configure(bool(cfg.progress))  # every bar: model conversion, training steps, ...
     try:
