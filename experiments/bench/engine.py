@@ -50,6 +50,7 @@ def main(argv: list[str]) -> dict:
     n, new = args.concurrency, args.max_new_tokens
 
     engine = Engine(args.model, dtype=args.dtype, max_batch=max(n, 1), seed=0)
+    dtype = str(engine.model.dtype).removeprefix("torch.")  # a closed engine has no model
     handle = serve(engine)
     try:
         tok = engine.tokenizer
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> dict:
         return round(statistics.median(r[a] / r[b] for r in rounds), 3)
 
     return {
-        "model": args.model, "dtype": str(engine.model.dtype).removeprefix("torch."), "concurrency": n,
+        "model": args.model, "dtype": dtype, "concurrency": n,
         "max_new_tokens": new, "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
         "load_avg_1m": round(os.getloadavg()[0], 1),
         **{k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]},
@@ -89,6 +90,7 @@ def _multiturn(args: argparse.Namespace) -> dict:
     n, new, turns = args.concurrency, args.max_new_tokens, args.turns
     reuse = Engine(args.model, dtype=args.dtype, max_batch=max(n, 1), seed=0)
     plain = Engine(args.model, dtype=args.dtype, max_batch=max(n, 1), seed=0, prefix_cache_mb=0)
+    dtype = str(reuse.model.dtype).removeprefix("torch.")  # a closed engine has no model
     servers = [serve(reuse), serve(plain)]
     try:
         chat = ChatRenderer(reuse.tokenizer)
@@ -123,7 +125,7 @@ def _multiturn(args: argparse.Namespace) -> dict:
         return round(statistics.median(r[b] / r[a] for r in rounds), 3)
 
     return {
-        "case": "multiturn", "model": args.model, "dtype": str(reuse.model.dtype).removeprefix("torch."),
+        "case": "multiturn", "model": args.model, "dtype": dtype,
         "concurrency": n, "turns": turns, "first_prompt_tokens": statistics.median(map(len, prompts)),
         "max_new_tokens": new, "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
         "load_avg_1m": round(os.getloadavg()[0], 1),

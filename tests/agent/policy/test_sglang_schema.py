@@ -72,7 +72,7 @@ def test_client_requests_and_answers_pass_sglang_schemas(tmp_path):
             if kind is not None:
                 items.append({"kind": kind, "body": value})
                 where.append((i, kind))
-    vocab = engine.model.config.vocab_size
+    vocab = engine.vocab_size
     verdicts = sglang_verdicts(items, vocab)
     bad = [(where[k], items[k]["body"], v["error"]) for k, v in enumerate(verdicts) if v["error"]]
     assert not bad, bad
