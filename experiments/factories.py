@@ -610,7 +610,8 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
     learner = _build_learner(cfg, lr=float(m.lr))
     sft = SFT(learner, ChatRenderer(learner.tokenizer), runlog, split,
               SFTConfig(n_demos=int(m.n_demos), epochs=int(m.epochs), batch_size=int(m.batch_size),
-                        heldout_demos=int(m.heldout_demos), seed=int(cfg.seed), max_context=int(cfg.max_context)),
+                        heldout_demos=int(m.heldout_demos), seed=int(cfg.seed), max_context=int(cfg.max_context),
+                        max_new_tokens=int(cfg.sampling.max_new_tokens), keep_long_turns=bool(m.keep_long_turns)),
               transcripts)
     return sft, Policy("demos", make_actor=sft.make_actor)
 

@@ -12,8 +12,8 @@ settings starts from it at once; run_dir/warm_start then holds the cached rows a
 A model folder changed in place keeps its key: clear the cache folder then.
 
 `warm_start.eval_before=false` skips the starting model's held-out evaluation. An env's config may
-choose its own warm start for the shipped model (env=swe and env=toolcall pick warm_start/swe.yaml
-and toolcall.yaml, marked `env_default: true`); it is skipped, with a line, for another model
+choose its own warm start for the shipped model (env=swe, toolcall, terminal and gui pick
+warm_start/<env>.yaml, marked `env_default: true`); it is skipped, with a line, for another model
 (model=local, model=tiny: `warm_start=sft` gives them one), where no model acts (policy=oracle /
 random) and with mode=sft or mode=eval.
 """

@@ -21,6 +21,19 @@ def trainable(samples: list[Sample]) -> list[Sample]:
     return [s for s in samples if s.trains]
 
 
+def with_advantage(samples: list[Sample], reference_term: bool) -> list[Sample]:
+    """The trainable samples a policy-gradient step must forward: a sample whose loss tokens all
+    have advantage 0 (a flat group's) has a loss and a gradient of exactly 0, unless a KL term to
+    a reference model (`reference_term`) moves it; it still counts in the mean over samples, so
+    leaving it out changes no update, only the time (most groups are flat on hard tasks). When no
+    sample has an advantage, all of them: the optimizer still steps, on zero gradients, as before."""
+    training = trainable(samples)
+    if reference_term:
+        return training
+    moving = [s for s in training if any(a and m for a, m in zip(s.advantages, s.loss_mask))]
+    return moving or training
+
+
 def chains(samples: list[Sample]) -> list[list[Sample]]:
     """Samples grouped so that one forward pass serves a group: within one episode a turn's tokens
     (prompt + response) begin with the previous turn's, so the longest sample holds the others

@@ -36,7 +36,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from agent.policy.models import learner_bf16, load_model, save_model
 from envs.progress import Progress
-from learner.batching import Batch, micro_batches, step_metrics, trainable
+from learner.batching import Batch, micro_batches, step_metrics, trainable, with_advantage
 from learner.checkpoints import checkpoint_commit, checkpoint_info, checkpoint_tmp
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, ppo_loss
 from learner.mcore import convert
@@ -258,9 +258,9 @@ class MegatronLearner:
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
         """One optimizer step on `samples`; returns the step's figures (on every rank)."""
         t0 = time.perf_counter()
-        training = trainable(samples)
-        if not training:
+        if not trainable(samples):
             return {"skipped": 1.0, "samples": float(len(samples))}
+        training = with_advantage(samples, self.ref_model is not None)
         batches = [Batch(g, self.device, self.pad_id) for g in micro_batches(training, self.max_tokens)]
         refs = self._logprobs(self.ref_model, batches) if self.ref_model is not None else None
         self.optimizer.zero_grad(set_to_none=True)

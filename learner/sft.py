@@ -37,6 +37,17 @@ class SFTConfig:
     heldout_demos: int
     seed: int
     max_context: int  # longer demonstrations are left out (a rollout could not have held them)
+    max_new_tokens: int | None = None  # the sampler's limit per turn: a longer demonstrated turn is one it would cut off
+    keep_long_turns: bool = True  # False: demonstrations with such a turn are left out
+
+
+def longest_turn(sample: Sample) -> int:
+    """The longest run of loss tokens: the longest assistant turn, with the token that ends it."""
+    longest = run = 0
+    for m in sample.loss_mask:
+        run = run + 1 if m else 0
+        longest = max(longest, run)
+    return longest
 
 
 def mean_nll(learner: Any, samples: list[Sample]) -> float | None:
@@ -74,16 +85,29 @@ class SFT:
                                "task_ids": [t.task_id for t in self.transcripts if t.task_id is not None]}
         held = pick_tasks(self.split.held_out, min(c.heldout_demos, len(self.split.held_out)), c.seed + 1)
         held_out, record["held_out"] = await oracle_demos(runner, held, "heldout", c.seed + 1)
-        train, record["train"]["too_long"] = self._fits(train)
-        held_out, record["held_out"]["too_long"] = self._fits(held_out)
+        train = self._fits(train, record["train"])
+        held_out = self._fits(held_out, record["held_out"])
         (self.runlog.dir / "demos.json").write_text(json.dumps(record, indent=1))
         if not train:
             raise DemoError(f"no demonstration to train on (see {self.runlog.dir / 'demos.json'})")
         return train, held_out
 
-    def _fits(self, samples: list[Sample]) -> tuple[list[Sample], int]:
-        keep = [s for s in samples if s.n_tokens <= self.cfg.max_context]
-        return keep, len(samples) - len(keep)
+    def _fits(self, samples: list[Sample], record: dict[str, Any]) -> list[Sample]:
+        """The demonstrations that fit the context, less those with a turn the sampler would cut
+        off unless keep_long_turns (a model taught such turns writes calls that never parse);
+        both are counted in `record`."""
+        c = self.cfg
+        fits = [s for s in samples if s.n_tokens <= c.max_context]
+        long_turn = [c.max_new_tokens is not None and longest_turn(s) > c.max_new_tokens for s in fits]
+        record["too_long"], record["turn_too_long"] = len(samples) - len(fits), sum(long_turn)
+        if record["too_long"]:
+            log.warning("sft: %d of %d demonstrations longer than max_context=%d left out", record["too_long"],
+                        len(samples), c.max_context)
+        if record["turn_too_long"]:
+            log.warning("sft: %d of %d demonstrations have a turn longer than sampling.max_new_tokens=%d, which the "
+                        "sampler would cut off: %s", record["turn_too_long"], len(fits), c.max_new_tokens,
+                        "kept (keep_long_turns=false leaves them out)" if c.keep_long_turns else "left out")
+        return fits if c.keep_long_turns else [s for s, long in zip(fits, long_turn) if not long]
 
     async def run(self, runner: Runner, before: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Demonstrations, the epochs, the checkpoint; returns the metrics rows written. `before`:

@@ -24,7 +24,7 @@ import torch
 
 from agent.policy.models import load_model, save_model
 from envs.progress import Progress
-from learner.batching import Batch, micro_batches, step_metrics, trainable
+from learner.batching import Batch, micro_batches, step_metrics, trainable, with_advantage
 from learner.checkpoints import checkpoint_commit, checkpoint_info, checkpoint_tmp
 from learner.loss import EPS_HIGH, EPS_LOW, behaviour, check_old_logprobs, logprobs_and_entropy, nll_loss, ppo_loss
 from learner.optim import AdamW
@@ -107,7 +107,7 @@ class TorchLearner:
         """One PPO optimizer step on `samples`; returns the step's figures. `apply(step)` runs the
         optimizer step where it must (an engine serving these very weights runs it between its
         batches, learner/training.py); here and now by default. Not called when nothing trains."""
-        return self._optimize(samples, self._ppo_loss, apply)
+        return self._optimize(samples, self._ppo_loss, apply, with_advantage(samples, self.ref_model is not None))
 
     def sft_step(self, samples: list[Sample]) -> dict[str, float]:
         """One supervised optimizer step (NLL of the loss tokens) on `samples`."""
@@ -129,11 +129,13 @@ class TorchLearner:
         logp, entropy = logprobs_and_entropy(logits, batch.targets, with_entropy=True)
         return nll_loss(logp, batch.sample_index, n_samples, entropy)
 
-    def _optimize(self, samples: list[Sample], objective: Objective,
-                  apply: Callable[[Callable[[], None]], None] | None = None) -> dict[str, float]:
-        """One optimizer step: micro-batches' `objective` losses accumulated, clipped, AdamW."""
+    def _optimize(self, samples: list[Sample], objective: Objective, apply: Callable[[Callable[[], None]], None] | None = None,
+                  training: list[Sample] | None = None) -> dict[str, float]:
+        """One optimizer step: micro-batches' `objective` losses accumulated, clipped, AdamW; the
+        loss is a mean over all `samples`, of which only `training` (default: the trainable ones)
+        are forwarded."""
         t0 = time.perf_counter()
-        training = trainable(samples)
+        training = trainable(samples) if training is None else training
         if not training:
             return {"skipped": 1.0, "samples": float(len(samples))}
         self.optimizer.zero_grad(set_to_none=True)

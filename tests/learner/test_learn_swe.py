@@ -32,7 +32,11 @@ def test_env_swe_warm_starts_by_itself_where_a_model_acts():
     assert enabled(_cfg("env=swe", "model=tiny", "warm_start=sft"))  # unless asked for
     toolcall = _cfg()  # the default env has its own too (the shipped model never calls its tool untaught)
     assert toolcall.env.name == "toolcall" and toolcall.warm_start.env_default and enabled(toolcall)
-    assert _cfg("env=terminal").warm_start.name == "none"  # envs without one keep the plain default
+    for env in ("terminal", "gui"):  # so do the other general envs; a turn the sampler would cut is not taught
+        own = _cfg(f"env={env}")
+        assert own.warm_start.env_default and own.warm_start.cache and not own.warm_start.keep_long_turns and enabled(own)
+    assert _cfg("env=reasoning").warm_start.name == "none"  # envs without one keep the plain default
+    assert _cfg("+experiment=learn-terminal").warm_start.keep_long_turns  # a recipe's own warm start wins over the env's
     split = TaskSplit(["a", "b"], ["c"])
     assert cache_key(cfg, split) == cache_key(_cfg("env=swe", "warm_start.cache=false"), split)  # where it is kept is no setting
     assert cache_key(cfg, split) != cache_key(cfg, TaskSplit(["a", "c"], ["b"]))  # other tasks held out: another warm start

@@ -143,6 +143,23 @@ def test_masked_samples_count_in_the_denominator():
     assert learner.train_step([masked]) == {"skipped": 1.0, "samples": 1.0}
 
 
+def test_flat_samples_are_not_forwarded_and_the_update_is_the_same():
+    """A sample whose advantages are all 0 (a flat group's) adds exactly 0 to the loss and the
+    gradient: the step skips its forward and backward but still averages over it."""
+    a, b = TorchLearner("tiny", lr=1e-3, seed=0), TorchLearner("tiny", lr=1e-3, seed=0)
+    samples = with_current_logprobs(a, batch(n=6, adv_sign=(1, 0, -1)))  # two of six flat
+    ma = a.train_step(samples)
+    mb = b._optimize(samples, b._ppo_loss)  # every trainable sample forwarded
+    assert ma["tokens"] < mb["tokens"] and ma["samples"] == mb["samples"] == 6
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
+    for k, v in params(b).items():
+        torch.testing.assert_close(params(a)[k], v, rtol=1e-5, atol=1e-7)
+    flat = with_current_logprobs(a, batch(n=2, adv_sign=(0,)))  # nothing moves: all forwarded, the optimizer steps
+    assert a.train_step(flat)["tokens"] == sum(s.n_tokens for s in flat)
+    kl = TorchLearner("tiny", lr=1e-3, kl_coef=0.1, seed=0)  # a KL term moves flat samples too: all forwarded
+    assert kl.train_step(samples)["tokens"] == mb["tokens"]
+
+
 def test_reference_model_only_with_kl():
     assert TorchLearner("tiny", seed=0).ref_model is None
     learner = TorchLearner("tiny", lr=1e-2, kl_coef=0.1, seed=0)

@@ -18,7 +18,7 @@ from learner.loss import nll_loss
 from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
 from learner.samples import Sample
-from learner.sft import SFT, SFTConfig, mean_nll
+from learner.sft import SFT, SFTConfig, longest_turn, mean_nll
 from learner.sft_demos import DemoActor, DemoError, demo_sample, read_transcripts, replay
 from learner.torch_learner import TorchLearner
 from tests.cli import run_cli
@@ -126,6 +126,30 @@ async def _held_samples(sft: SFT) -> list[Sample]:
         return (await sft.demonstrations(runner))[1]
     finally:
         runner.close()
+
+
+def test_demonstrations_with_a_turn_the_sampler_would_cut_are_counted_and_can_be_left_out(tmp_path):
+    """A turn longer than sampling.max_new_tokens could never be sampled whole: training on it
+    teaches calls that the sampler cuts off and the env cannot parse."""
+    turn = lambda text: {"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": text}]}
+    path = _write_jsonl(tmp_path / "d.jsonl", [turn("short"), turn("x" * 40), turn("also short")])
+    learner = TorchLearner("tiny", seed=0)
+    split = ManyCountdowns().task_split(4, seed=1234)
+    for keep in (True, False):
+        sft = SFT(learner, ChatRenderer(learner.tokenizer), RunLog(tmp_path / str(keep)), split,
+                  SFTConfig(n_demos=3, epochs=1, batch_size=2, heldout_demos=2, seed=0, max_context=4096,
+                            max_new_tokens=20, keep_long_turns=keep), transcripts=read_transcripts(path))
+        runner = Runner(ManyCountdowns, sft.make_actor, n_envs=2, progress=False)
+        try:
+            train, held = asyncio.run(sft.demonstrations(runner))
+        finally:
+            runner.close()
+        record = json.loads((tmp_path / str(keep) / "demos.json").read_text())
+        assert record["train"]["turn_too_long"] == 1 and record["train"]["too_long"] == 0
+        assert len(held) == 2 and record["held_out"]["turn_too_long"] == 0
+        # the tiny model writes a token per byte; a turn ends with <|im_end|>
+        assert [longest_turn(s) for s in train] == [6, 41, 11] if keep else [6, 11]
+    assert longest_turn(Sample([1], [2, 3, 4, 5, 6], [0.0] * 5, [0.0] * 5, [1, 1, 0, 1, 1])) == 2
 
 
 class ThreadNoting(TorchLearner):
