@@ -1,8 +1,10 @@
 """`python -m experiments.bench learner`: training tokens/s of TorchLearner.train_step against a
 bare loop (the same model, batch and AdamW; plain forward + backward + step) in the same run,
 both at the default precision (`--precision auto`: bf16 where the CPU has bf16 units), the
-learner in bf16 against the learner in float32, and AdamW's moments in bfloat16 against float32
-(`learner.optimizer_state_dtype`).
+learner in bf16 against the learner in float32, AdamW's moments in bfloat16 against float32
+(`learner.optimizer_state_dtype`), and a batch in which three groups of four are flat (their
+advantages all 0, as on hard tasks) stepped as train_step does (flat samples not forwarded)
+against every sample forwarded.
 
 The steps alternate, so load from other processes hits all alike; the figures are ratios of
 median tokens/s (goal: learner >= 0.9x the bare loop). Achieved TFLOP/s (6 x non-embedding
@@ -19,16 +21,18 @@ from typing import Any
 import torch
 
 from agent.policy.models import cpu_flags, load_model, resolve_dtype
+from learner.batching import trainable
 from learner.samples import Sample
 from learner.torch_learner import TorchLearner
 
 
-def make_batch(vocab: int, n: int, prompt_len: int, response_len: int, seed: int) -> list[Sample]:
+def make_batch(vocab: int, n: int, prompt_len: int, response_len: int, seed: int, flat_share: float = 0.0) -> list[Sample]:
+    """`n` random samples with advantages +1/-1, the first `flat_share` of them 0."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
         ids = torch.randint(0, vocab, (prompt_len + response_len,), generator=g).tolist()
-        adv = 1.0 if i % 2 == 0 else -1.0
+        adv = 0.0 if i < flat_share * n else 1.0 if i % 2 == 0 else -1.0
         out.append(Sample(ids[:prompt_len], ids[prompt_len:], [0.0] * response_len, [adv] * response_len, [1] * response_len))
     return out
 
@@ -108,13 +112,16 @@ def main(argv: list[str]) -> dict[str, Any]:
                           optimizer_state_dtype="bfloat16")
     vocab = int(learner.model.get_output_embeddings().weight.shape[0])
     samples = make_batch(vocab, args.samples, args.prompt_len, args.response_len, seed=0)
+    flat = make_batch(vocab, args.samples, args.prompt_len, args.response_len, seed=1, flat_share=0.75)
     bare = BareLoop(args.model, samples, 1e-6, learner.device, bf16)
     tokens = sum(s.n_tokens for s in samples)
     non_embedding = sum(p.numel() for n, p in learner.model.named_parameters() if "embed" not in n and "lm_head" not in n)
 
-    times: dict[str, list[float]] = {"learner": [], "bare": [], "other": [], "narrow": []}
     steps = {"learner": lambda: learner.train_step(samples), "bare": bare.step, "other": lambda: other.train_step(samples),
-             "narrow": lambda: narrow.train_step(samples)}
+             "narrow": lambda: narrow.train_step(samples), "flat": lambda: learner.train_step(flat),
+             # the same step with every trainable sample forwarded, flat ones included (what train_step did before)
+             "flat_forwarded": lambda: learner._optimize(flat, learner._ppo_loss, training=trainable(flat))}
+    times: dict[str, list[float]] = {k: [] for k in steps}
     for i in range(args.warmup + args.iters):
         for name, fn in steps.items():
             sync(device)
@@ -142,6 +149,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "meets_goal": ratio >= 0.9,
         "bf16_vs_fp32_learner": round(bf16_tps / fp32_tps, 3),
         "bf16_moments_vs_fp32_moments": round(tps["narrow"] / tps["learner"], 3),
+        "flat_75pct_step_speedup": round(statistics.median(times["flat_forwarded"]) / statistics.median(times["flat"]), 3),
         "learner_tflops": round(6 * non_embedding * tps["learner"] / 1e12, 4),
         "cpu_peak_tflops_estimate": None if peak is None else round(peak, 3),
     }
