@@ -254,6 +254,11 @@ class AgentEnv(gymnasium.Env):
             raise IndexError(f"task {self.task.task_id} has no oracle action for turn {self.turn}")
         return self.task.oracle[self.turn]
 
+    def demonstrable(self, task_id: str) -> bool:
+        """Whether `oracle_action` can act out `task_id` (demonstrations are drawn from these);
+        every task by default. An env whose oracle covers some tasks only says which."""
+        return True
+
     def random_action(self, rng: np.random.Generator) -> str:
         """A random action. Envs override this with random but plausible tool calls."""
         return self.action_space.sample()

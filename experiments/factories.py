@@ -586,6 +586,15 @@ def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:
         env.close()
 
 
+def demonstrable_split(make_env: Callable[[], AgentEnv], split: TaskSplit) -> TaskSplit:
+    """The tasks on each side of `split` that the env's oracle can act out."""
+    env = make_env()
+    try:
+        return TaskSplit([t for t in split.train if env.demonstrable(t)], [t for t in split.held_out if env.demonstrable(t)])
+    finally:
+        env.close()
+
+
 def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
               settings: DictConfig | None = None, split: TaskSplit | None = None) -> tuple[Any, Policy]:
     """The SFT run of mode=sft (or of `settings`: warm_start=sft) and the policy whose actors act
@@ -612,7 +621,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
               SFTConfig(n_demos=int(m.n_demos), epochs=int(m.epochs), batch_size=int(m.batch_size),
                         heldout_demos=int(m.heldout_demos), seed=int(cfg.seed), max_context=int(cfg.max_context),
                         max_new_tokens=int(cfg.sampling.max_new_tokens), keep_long_turns=bool(m.keep_long_turns)),
-              transcripts)
+              transcripts, demonstrable_split(make_env, split))
     return sft, Policy("demos", make_actor=sft.make_actor)
 
 

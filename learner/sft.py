@@ -61,11 +61,12 @@ class SFT:
     """One SFT run. `learner` has sft_step / logprobs / save_checkpoint (the torch learner)."""
 
     def __init__(self, learner: Any, renderer: ChatRenderer, runlog: RunLog, split: TaskSplit, cfg: SFTConfig,
-                 transcripts: list[Transcript] | None = None) -> None:
+                 transcripts: list[Transcript] | None = None, demonstrable: TaskSplit | None = None) -> None:
         self.learner = learner
         self.renderer = renderer
         self.runlog = runlog
         self.split = split
+        self.demonstrable = split if demonstrable is None else demonstrable  # the tasks the oracle can act out
         self.cfg = cfg
         self.transcripts = transcripts
 
@@ -77,13 +78,13 @@ class SFT:
         c = self.cfg
         record: dict[str, Any] = {"split": self.split.to_dict()}
         if self.transcripts is None:
-            tasks = pick_tasks(self.split.train, c.n_demos, c.seed)
+            tasks = pick_tasks(self.demonstrable.train, c.n_demos, c.seed)
             train, record["train"] = await oracle_demos(runner, tasks, "demo", c.seed)
         else:
             train = [await replay(self.renderer, t) for t in self.transcripts]
             record["train"] = {"lines": [t.line for t in self.transcripts],
                                "task_ids": [t.task_id for t in self.transcripts if t.task_id is not None]}
-        held = pick_tasks(self.split.held_out, min(c.heldout_demos, len(self.split.held_out)), c.seed + 1)
+        held = pick_tasks(self.demonstrable.held_out, min(c.heldout_demos, len(self.demonstrable.held_out)), c.seed + 1)
         held_out, record["held_out"] = await oracle_demos(runner, held, "heldout", c.seed + 1)
         train = self._fits(train, record["train"])
         held_out = self._fits(held_out, record["held_out"])

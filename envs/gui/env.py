@@ -178,6 +178,10 @@ class GuiEnv(AgentEnv):
             raise NoSolution(f"task {self.task.task_id} has no scripted solver")
         return solver(self.screen, self.turn)
 
+    def demonstrable(self, task_id: str) -> bool:
+        """MiniWoB pages of a family with a scripted solver (OSWorld tasks have none)."""
+        return self._families is not None and parse_task_id(task_id)[0] in SOLVERS
+
     def random_action(self, rng: np.random.Generator) -> str:
         """A random command: mostly plausible, sometimes malformed, off screen or unknown."""
         refs = [e.ref for e in self.screen.elements] if self.screen else []

@@ -152,6 +152,22 @@ def test_demonstrations_with_a_turn_the_sampler_would_cut_are_counted_and_can_be
     assert longest_turn(Sample([1], [2, 3, 4, 5, 6], [0.0] * 5, [0.0] * 5, [1, 1, 0, 1, 1])) == 2
 
 
+def test_demonstrations_come_only_from_tasks_the_oracle_can_act_out(tmp_path):
+    split = ManyCountdowns().task_split(4, seed=1234)
+    can = TaskSplit(split.train[:2], split.held_out[:1])  # e.g. GUI pages of families with a solver
+    learner = TorchLearner("tiny", seed=0)
+    sft = SFT(learner, ChatRenderer(learner.tokenizer), RunLog(tmp_path), split,
+              SFTConfig(n_demos=6, epochs=1, batch_size=2, heldout_demos=4, seed=0, max_context=4096), demonstrable=can)
+    runner = Runner(ManyCountdowns, sft.make_actor, n_envs=2, progress=False)
+    try:
+        asyncio.run(sft.demonstrations(runner))
+    finally:
+        runner.close()
+    record = json.loads((tmp_path / "demos.json").read_text())
+    assert set(record["train"]["task_ids"]) <= set(can.train) and len(record["train"]["task_ids"]) == 6
+    assert record["held_out"]["task_ids"] == can.held_out and record["split"] == split.to_dict()
+
+
 class ThreadNoting(TorchLearner):
     """The tiny learner, noting which thread runs each of its steps and log-prob passes."""
 

@@ -17,6 +17,14 @@ def test_task_ids_are_families_by_seed_in_a_fixed_order():
     assert parse_task_id("click-tab/17") == ("click-tab", 17) and parse_task_id("click-tab") == ("click-tab", None)
 
 
+def test_only_pages_of_a_family_with_a_solver_are_demonstrable():
+    env = GuiEnv(families=["click-button", "choose-list"], seeds_per_family=2)  # choose-list has no scripted solver
+    try:
+        assert [t for t in env.task_ids() if env.demonstrable(t)] == ["click-button/0", "click-button/1"]
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize("bad, needle", [
     (["click-buton"], "unknown GUI families ['click-buton']; choose among oracle, click-test"),
     ([], "unknown GUI families []"),
