@@ -83,6 +83,10 @@ class MixEnv(AgentEnv):
     def fail_outcome(self) -> float:  # the runner reads it when an episode's context fills up
         return self.current.fail_outcome if self.current is not None else AgentEnv.fail_outcome
 
+    def demonstrable(self, task_id: str) -> bool:
+        name, _, inner = task_id.partition(SEP)
+        return self.member(name).demonstrable(inner)
+
     def oracle_action(self) -> str:
         assert self.current is not None, "call reset() first"
         return self.current.oracle_action()

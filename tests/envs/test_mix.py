@@ -74,6 +74,17 @@ def test_mix_env_routes_by_prefix_and_splits_each_member():
     env.close()
 
 
+class CountdownButThree(CountdownEnv):
+    def demonstrable(self, task_id: str) -> bool:
+        return task_id != "n3"
+
+
+def test_mix_env_asks_the_member_which_tasks_its_oracle_can_act_out():
+    env = MixEnv({"count": EnvMaker(CountdownButThree, {}), "say": EnvMaker(CountdownEnv, {})})
+    assert [t for t in env.task_ids() if not env.demonstrable(t)] == ["count/n3"]
+    env.close()
+
+
 def test_mixture_misconfiguration_gives_one_line(tmp_path):
     for args, says in [(["env=mix"], "env=mix needs members"),
                        (["env=mix", "env.members.a.env=nope"], "env.members.a.env='nope': choose one of"),
