@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -24,8 +25,9 @@ from agent.policy.models import cpu_flags
 KEPT = ("metrics.jsonl", "config.yaml", "tasks.json", "demos.json")
 
 
-def machine(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
-    """The CPU model, the flags that decide the engine's and learner's precision, and threads."""
+def machine(cpuinfo: str = "/proc/cpuinfo", command: str = "") -> dict[str, Any]:
+    """The CPU model, the flags that decide the engine's and learner's precision, and threads:
+    the OMP_NUM_THREADS the command set, else every core."""
     model, flags = platform.processor() or "unknown", cpu_flags(cpuinfo)
     try:
         model = next((line.partition(":")[2].strip() for line in Path(cpuinfo).read_text().splitlines()
@@ -33,7 +35,9 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
     except OSError:
         pass
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return {"cpu": model, "flags": [f for f in wanted if f in flags], "threads": os.cpu_count(),
+    threads = re.search(r"(?:^|\s)OMP_NUM_THREADS=(\d+)\s", command)
+    return {"cpu": model, "flags": [f for f in wanted if f in flags],
+            "threads": int(threads.group(1)) if threads else os.cpu_count(),
             "python": platform.python_version()}
 
 
@@ -58,7 +62,7 @@ def keep(run_dir: Path, out: Path, command: str, log: Path | None = None) -> lis
     if log is not None:
         written.append(Path(shutil.copy2(log, out / "run.log")))
     (out / "command").write_text(command.strip() + "\n")
-    (out / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n")
+    (out / "machine.json").write_text(json.dumps(machine(command=command), indent=1) + "\n")
     return [*written, out / "command", out / "machine.json"]
 
 

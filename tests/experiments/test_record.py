@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 from experiments.record import keep, machine, main
 
@@ -38,6 +39,9 @@ def test_machine_reads_the_cpu_model_and_precision_flags(tmp_path):
     info.write_text("model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile sse\n")
     m = machine(str(info))
     assert m["cpu"] == "Intel(R) Xeon(R) Platinum 8480+" and m["flags"] == ["avx2", "avx512f", "amx_bf16", "amx_tile"]
+    # the threads the command ran with, where it set them
+    assert machine(str(info), "OMP_NUM_THREADS=1 python -m experiments.run seed=0")["threads"] == 1
+    assert machine(str(info), "python -m experiments.run")["threads"] == os.cpu_count()
 
 
 def test_a_folder_without_metrics_is_one_line(tmp_path, capsys):
