@@ -73,7 +73,8 @@ class SWEEnv(AgentEnv):
         max_turns: int = 20,
         sandbox: str = "docker",
         command_timeout: float = 30.0,
-        test_timeout: float = 120.0,
+        test_cpu_s: float = 120.0,
+        test_wall_s: float = 600.0,
         max_obs_chars: int = 16_000,
         memory_mb: int = 1024,
         cpus: float = 1.0,
@@ -90,7 +91,7 @@ class SWEEnv(AgentEnv):
             records = load_instances(instances) if instances else list(bundled.instances())
         self._records: dict[str, dict[str, Any]] = {str(r["instance_id"]): r for r in records}
         self.command_timeout = float(command_timeout)
-        self.test_timeout = float(test_timeout)
+        self.test_cpu_s, self.test_wall_s = float(test_cpu_s), float(test_wall_s)
         self.max_obs_chars = int(max_obs_chars)
         self.limits = Limits(memory_mb=int(memory_mb), pids=512, cpus=float(cpus), disk_mb=4096)
         self.pool_size = int(pool_size)
@@ -238,7 +239,8 @@ class SWEEnv(AgentEnv):
         self._finish()  # the agent's sandbox is done; grading gets a fresh one
         sb = self._open()
         try:
-            result = grading.grade(sb, self.record, patch, self.image, timeout=self.test_timeout)
+            result = grading.grade(sb, self.record, patch, self.image, cpu_s=self.test_cpu_s,
+                                   wall_s=self.test_wall_s)
         except RuntimeError as e:  # the base commit could not be checked out: the image is wrong
             raise SandboxError(str(e)) from e
         finally:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import re
 import sys
@@ -68,6 +69,7 @@ _SETTINGS_FILE = re.compile(r"(^|/)(setup\.cfg|pyproject\.toml)$")
 _PYTEST_SECTION = re.compile(r"^\s*\[\s*(tool:pytest|pytest|tool\.pytest[^\]]*)\s*\]", re.M)
 # Fixed for the eval script: nothing the image's shell could carry in changes how tests run, and
 # the working directory is not put first on sys.path (Python >= 3.11; see the module docstring).
+CPU_LIMIT_NOTE = "CPU time limit exceeded"  # what bash says of a child that SIGXCPU ended
 CLEAN_ENV = "env -u BASH_ENV -u ENV -u PYTHONSTARTUP -u PYTEST_ADDOPTS -u PYTEST_PLUGINS PYTHONNOUSERSITE=1 PYTHONSAFEPATH=1"
 # Module names a new top-level module of the repository may not take: the standard library's and
 # those of pytest and what it imports (also in older pytest versions).
@@ -174,17 +176,21 @@ def test_spec(record: dict[str, Any], image: str) -> Any:
 class Grade:
     resolved: bool
     patch_applied: bool
-    timed_out: bool
     report: dict[str, Any]  # swebench's per-instance report (with tests_status when the tests ran)
     log: str  # the eval log (apply output, test output, markers)
     reverted: list[str] = dataclasses.field(default_factory=list)  # test infrastructure put back to base
     statuses: dict[str, str] = dataclasses.field(default_factory=dict)  # every test the log parser saw -> its status
+    time_limit: str = ""  # which limit stopped the test run, in words ("" when none did)
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.time_limit)
 
     def summary(self) -> str:
         if not self.patch_applied:
             head = "The patch does not apply"
         elif self.timed_out:
-            head = "The tests timed out"
+            head = f"The tests timed out: {self.time_limit}"
         elif not self.report.get("patch_successfully_applied"):
             head = "The tests produced no result (see the log)"
         else:
@@ -244,9 +250,15 @@ def restore_test_infra(sb: Sandbox, record: dict[str, Any]) -> list[str]:
     return sorted(infra)
 
 
-def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: float = 120.0) -> Grade:
+def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, cpu_s: float = 120.0,
+          wall_s: float | None = None) -> Grade:
     """Grade `patch` for `record` in `sb`, a fresh sandbox of the instance's image.
-    SandboxError propagates (infrastructure); everything else the patch does is in the Grade."""
+    SandboxError propagates (infrastructure); everything else the patch does is in the Grade.
+
+    The test run's limit is CPU time: each of its processes may compute for `cpu_s` seconds
+    (the kernel's RLIMIT_CPU), however slowly a loaded machine gives it those seconds, so load
+    never fails a correct patch. A run that waits without computing (sleep, deadlock) is
+    stopped at `wall_s` (default 5 x cpu_s). Either way the Grade says timed_out."""
     h = _harness()
     c = h.constants
     checkout_base(sb, str(record["base_commit"]))
@@ -261,17 +273,24 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: 
         if not r.ok:
             applied = False
             log.append(f"{c.APPLY_PATCH_FAIL}:\n")
-    timed_out = False
+    time_limit = ""
     reverted: list[str] = []
     if applied:
         reverted = restore_test_infra(sb, record)
         sb.write_file(f"{SCRATCH}/eval.sh", eval_script(record))
-        r = sb.exec(f"{CLEAN_ENV} bash --noprofile --norc {SCRATCH}/eval.sh", timeout=timeout,
-                    max_output=4 * 1024 * 1024, workdir=WORKDIR)
+        wall = 5 * cpu_s if wall_s is None else wall_s
+        # a subshell: the sandbox's shell persists, its own limits must not change; the hard
+        # limit a little above the soft one so a process gets SIGXCPU (bash names it) first
+        cpu = max(1, math.ceil(cpu_s))
+        r = sb.exec(f"( ulimit -t {cpu + 5} && ulimit -S -t {cpu} && exec {CLEAN_ENV} bash --noprofile --norc {SCRATCH}/eval.sh )",
+                    timeout=wall, max_output=4 * 1024 * 1024, workdir=WORKDIR)
         log.append(r.stdout + r.stderr)
         if r.timed_out:
-            timed_out = True
-            log.append(f"\n{c.TESTS_TIMEOUT} after {timeout:.0f} s\n")
+            time_limit = f"no result in {wall:.0f} s"
+        elif CPU_LIMIT_NOTE in r.stdout + r.stderr:
+            time_limit = f"a process used its {cpu} s of CPU time"
+        if time_limit:
+            log.append(f"\n{c.TESTS_TIMEOUT}: {time_limit}\n")
     text = "\n".join(log)
     spec = test_spec(record, image)
     with tempfile.NamedTemporaryFile("w", suffix=".log", prefix="openclaw-swe-eval-", delete=False) as f:
@@ -283,5 +302,5 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, timeout: 
         statuses = h.grading.get_logs_eval(spec, path)[0]
     finally:
         os.unlink(path)
-    return Grade(resolved=bool(report.get("resolved")), patch_applied=applied, timed_out=timed_out,
-                 report=report, log=text, reverted=reverted, statuses=statuses)
+    return Grade(resolved=bool(report.get("resolved")), patch_applied=applied,
+                 report=report, log=text, reverted=reverted, statuses=statuses, time_limit=time_limit)

@@ -33,24 +33,27 @@ def _remove_images() -> int:
     return n
 
 
-def run_oracle_episodes(n_envs: int, rounds: int, ids: list[str]) -> tuple[float, int, int, set[str]]:
-    """(seconds, episodes, resolved, images) for n_envs envs each running `rounds` oracle episodes."""
+def run_oracle_episodes(n_envs: int, rounds: int, ids: list[str]) -> tuple[float, int, list[str], set[str]]:
+    """(seconds, episodes, unresolved, images) for n_envs envs each running `rounds` oracle
+    episodes; `unresolved` says for each episode not resolved which task and what its last step said."""
     from envs.swe.env import SWEEnv
 
     # warm containers per image: the episodes spread over the instances' images
     envs = [SWEEnv(pool_size=max(1, -(-n_envs // len(set(ids))))) for _ in range(n_envs)]
 
-    def run(i: int) -> tuple[int, set[str]]:
-        env, resolved, images = envs[i], 0, set()
+    def run(i: int) -> tuple[list[str], set[str]]:
+        env, unresolved, images = envs[i], [], set()
         for r in range(rounds):
-            env.reset(options={"task_id": ids[(i + r * n_envs) % len(ids)]})
+            task_id = ids[(i + r * n_envs) % len(ids)]
+            obs, _ = env.reset(options={"task_id": task_id})
             images.add(env.image)
             for action in env.task.oracle:
-                _, reward, term, trunc, info = env.step(action)
+                obs, reward, term, trunc, info = env.step(action)
                 if term or trunc:
                     break
-            resolved += int(term and reward == 1.0)
-        return resolved, images
+            if not (term and reward == 1.0):
+                unresolved.append(f"{task_id}: {info.get('status')}: {str(obs)[-300:]}")
+        return unresolved, images
 
     t0 = time.monotonic()
     try:
@@ -60,7 +63,7 @@ def run_oracle_episodes(n_envs: int, rounds: int, ids: list[str]) -> tuple[float
         for e in envs:
             e.close()
     seconds = time.monotonic() - t0
-    return seconds, n_envs * rounds, sum(r for r, _ in results), set().union(*(im for _, im in results))
+    return seconds, n_envs * rounds, [u for us, _ in results for u in us], set().union(*(im for _, im in results))
 
 
 def main(argv: list[str]) -> dict:
@@ -86,10 +89,10 @@ def main(argv: list[str]) -> dict:
     images: set[str] = set()
     episodes = resolved = 0
     for n, rounds in zip(args.envs, args.rounds):
-        seconds, eps, ok, used = run_oracle_episodes(n, rounds, ids)
+        seconds, eps, unresolved, used = run_oracle_episodes(n, rounds, ids)
         out[f"epm_{n}"] = round(eps / seconds * 60, 2)
         out[f"episodes_{n}"] = eps
-        episodes, resolved, images = episodes + eps, resolved + ok, images | used
+        episodes, resolved, images = episodes + eps, resolved + eps - len(unresolved), images | used
     if len(args.envs) > 1:
         out[f"speedup_{args.envs[-1]}"] = round(out[f"epm_{args.envs[-1]}"] / out[f"epm_{args.envs[0]}"], 2)
     out["resolved_rate"] = round(resolved / max(episodes, 1), 3)

@@ -108,20 +108,48 @@ def test_bad_actions(env):
     env.close()
 
 
+def _submit_with_bfs_body(env: SWEEnv, body: str) -> tuple[float, dict]:
+    env.reset(options={"task_id": "openclaw__minigraph-1"})
+    fix = {"command": "str_replace", "path": "minigraph/graph.py", "old_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n",
+           "new_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n" + body}
+    assert env.step(render_tool_call("edit", fix))[4]["status"] == "ok"
+    _, reward, _, _, info = env.step(render_tool_call("submit", {}))
+    return reward, info
+
+
 def test_hanging_command_and_hanging_tests():
-    env = SWEEnv(command_timeout=2, test_timeout=8)
+    env = SWEEnv(command_timeout=2, test_cpu_s=4, test_wall_s=120)
     try:
         env.reset(options={"task_id": "openclaw__minigraph-1"})
         _, _, _, _, info = env.step(render_tool_call("bash", {"command": "sleep 60"}))
         assert info["status"] == "env_error" and info["next_state"].data["timed_out"]
         assert info["next_state"].data["verdict"] == -1 and "timed out" in info["next_state"].content
-        # a "fix" that makes the test run hang: graded as a timeout, not resolved, no crash
-        hang = {"command": "str_replace", "path": "minigraph/graph.py", "old_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n",
-                "new_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n        while True:\n            pass\n"}
-        assert env.step(render_tool_call("edit", hang))[4]["status"] == "ok"
-        _, reward, term, _, info = env.step(render_tool_call("submit", {}))
-        assert term and reward == -1.0 and info["status"] == "env_error"
-        assert info["next_state"].data["timed_out"] and "timed out" in info["next_state"].content
+        # a "fix" that makes the test run spin: stopped at its CPU limit, not resolved, no crash
+        reward, info = _submit_with_bfs_body(env, "        while True:\n            pass\n")
+        assert reward == -1.0 and info["status"] == "env_error"
+        assert info["next_state"].data["timed_out"] and "its 4 s of CPU time" in info["next_state"].content
+    finally:
+        env.close()
+
+
+def test_tests_that_wait_without_computing_stop_at_the_wall_limit():
+    env = SWEEnv(test_cpu_s=120, test_wall_s=15)
+    try:
+        reward, info = _submit_with_bfs_body(env, "        import time; time.sleep(3600)\n")
+        assert reward == -1.0 and info["status"] == "env_error"
+        assert info["next_state"].data["timed_out"] and "no result in 15 s" in info["next_state"].content
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+def test_a_slow_machine_does_not_fail_a_correct_patch():
+    """The grade's limit is CPU time: at 4% of a core the oracle's test run takes far longer
+    than its 6 CPU seconds in wall time, and is still graded resolved."""
+    env = SWEEnv(test_cpu_s=6, test_wall_s=600, cpus=0.04)
+    try:
+        reward, info = _oracle_episode(env, "openclaw__minigraph-1")
+        assert reward == 1.0 and not info["next_state"].data["timed_out"]
     finally:
         env.close()
 
@@ -276,8 +304,8 @@ def test_32_concurrent_episodes_share_images_and_leave_nothing():
 
     ids = [r["instance_id"] for r in bundled.instances()]
     builds_before = len(bundled.builds)
-    seconds, episodes, resolved, images = run_oracle_episodes(32, 1, ids)
-    assert episodes == 32 and resolved == 32
+    seconds, episodes, unresolved, images = run_oracle_episodes(32, 1, ids)
+    assert episodes == 32 and unresolved == []
     assert len(images) == len(set(ids))  # one image per instance (on one shared pytest layer)
     assert len(bundled.builds) - builds_before <= len(images) + 1  # each built once at most
     assert containers_left() == 0
