@@ -32,7 +32,6 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent import host_memory
-from agent.policy.models import cache_base
 from envs.base import AgentEnv, TaskSplit
 from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft, run_mode
 from learner.compute_thread import on_learner_thread
@@ -112,6 +111,8 @@ def cache_key(cfg: DictConfig, split: TaskSplit) -> str:
 
 
 def cache_dir(cfg: DictConfig, split: TaskSplit) -> Path:
+    from agent.policy.models import cache_base  # torch and transformers: imported only when used
+
     return cache_base() / "warm_starts" / f"{cfg.env.name}-{cache_key(cfg, split)}"
 
 

@@ -1,9 +1,20 @@
 """A misconfigured run stops before it starts, with one line saying what to do."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from tests.cli import run_cli
+
+
+def test_the_cli_loads_no_model_library_before_a_run_needs_one():
+    """A misconfiguration answers in a second or two, not after torch and transformers load
+    (~10 s): the entry point imports them only where a model is built."""
+    code = "import sys, experiments.run; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr[-2000:]
 
 
 def test_unknown_env_lists_the_envs(tmp_path):
