@@ -577,28 +577,23 @@ async def build_training(cfg: DictConfig, policy: Policy, runner: RolloutSource,
                     engine=policy.engine)
 
 
-def env_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> TaskSplit:
-    """The run's training / held-out split (eval.n_tasks, eval.seed), from an env of its own."""
+def demonstrable_split(cfg: DictConfig, make_env: Callable[[], AgentEnv]) -> tuple[TaskSplit, TaskSplit]:
+    """The run's training / held-out split (eval.n_tasks, eval.seed) and the tasks on each side
+    of it that the env's oracle can act out, from one env of their own."""
     env = make_env()
     try:
-        return env.task_split(int(cfg.eval.n_tasks), int(cfg.eval.seed))
+        split = env.task_split(int(cfg.eval.n_tasks), int(cfg.eval.seed))
+        return split, TaskSplit([t for t in split.train if env.demonstrable(t)],
+                                [t for t in split.held_out if env.demonstrable(t)])
     finally:
         env.close()
 
 
-def demonstrable_split(make_env: Callable[[], AgentEnv], split: TaskSplit) -> TaskSplit:
-    """The tasks on each side of `split` that the env's oracle can act out."""
-    env = make_env()
-    try:
-        return TaskSplit([t for t in split.train if env.demonstrable(t)], [t for t in split.held_out if env.demonstrable(t)])
-    finally:
-        env.close()
-
-
-def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
-              settings: DictConfig | None = None, split: TaskSplit | None = None) -> tuple[Any, Policy]:
+def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog, settings: DictConfig | None = None,
+              splits: tuple[TaskSplit, TaskSplit] | None = None) -> tuple[Any, Policy]:
     """The SFT run of mode=sft (or of `settings`: warm_start=sft) and the policy whose actors act
-    out oracle demonstrations; `split`: the run's, when the caller has it already."""
+    out oracle demonstrations; `splits`: the run's split and its demonstrable tasks
+    (`demonstrable_split`), when the caller has them already."""
     from learner.sft import SFT, SFTConfig
     from learner.sft_demos import read_transcripts
 
@@ -611,7 +606,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
             raise ConfigError(f"{where}.{key} must be a positive number (got {m.get(key)})")
     source = str(m.demos)
     transcripts = None if source == "oracle" else read_transcripts(source, int(m.n_demos))
-    split = split or env_split(cfg, make_env)
+    split, demonstrable = splits or demonstrable_split(cfg, make_env)
     leaked = sorted({t.task_id for t in transcripts or [] if t.task_id in set(split.held_out)})
     if leaked:
         raise ConfigError(f"{source}: transcripts of held-out tasks {leaked[:3]} must not be trained on "
@@ -621,7 +616,7 @@ def build_sft(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
               SFTConfig(n_demos=int(m.n_demos), epochs=int(m.epochs), batch_size=int(m.batch_size),
                         heldout_demos=int(m.heldout_demos), seed=int(cfg.seed), max_context=int(cfg.max_context),
                         max_new_tokens=int(cfg.sampling.max_new_tokens), keep_long_turns=bool(m.keep_long_turns)),
-              transcripts, demonstrable_split(make_env, split))
+              transcripts, demonstrable)
     return sft, Policy("demos", make_actor=sft.make_actor)
 
 

@@ -25,7 +25,7 @@ from agent import host_memory
 from agent.policy.base import PolicyUnavailable
 from agent.rollout import TRACEBACKS, EpisodesFailed
 from envs.sandbox.sweeper import sigterm_as_sigint
-from experiments.factories import (ConfigError, branching, build_env, build_evaluator, build_policy, build_runner, build_sft, env_split,
+from experiments.factories import (ConfigError, branching, build_env, build_evaluator, build_policy, build_runner, build_sft, demonstrable_split,
                                    build_training, eval_settings, loop_config, run_mode)
 from experiments.view.pages import token_panel
 from experiments.warm_start import enabled as warm_start_enabled, warm_start
@@ -85,8 +85,8 @@ async def run_experiment(cfg: DictConfig, runlog: RunLog) -> list[dict]:
             sft, policy = await on_learner_thread(build_sft, cfg, make_env, runlog)
         else:
             if warm:  # SFT first; cfg.model.path becomes its checkpoint
-                split = await asyncio.to_thread(env_split, cfg, make_env)
-                before = await warm_start(cfg, make_env, runlog, split)
+                split, demonstrable = await asyncio.to_thread(demonstrable_split, cfg, make_env)
+                before = await warm_start(cfg, make_env, runlog, split, demonstrable)
             policy = build_policy(cfg, stack)
         runner = build_runner(cfg, make_env, policy, stack, branch=sft is None)
         if sft is not None:

@@ -65,8 +65,9 @@ def enabled(cfg: DictConfig) -> bool:
 
 
 async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: RunLog,
-                     split: TaskSplit) -> dict[str, Any] | None:
-    """Run the warm start (or find a finished one) and point cfg.model.path at its checkpoint.
+                     split: TaskSplit, demonstrable: TaskSplit) -> dict[str, Any] | None:
+    """Run the warm start (or find a finished one) and point cfg.model.path at its checkpoint;
+    `demonstrable`: the tasks of `split` its demonstrations may come from.
     Returns the starting model's held-out figures (None when reused or when nothing is held out),
     labelled `phase: before warm start`."""
     ws = RunLog(runlog.dir / "warm_start")
@@ -87,7 +88,7 @@ async def warm_start(cfg: DictConfig, make_env: Callable[[], AgentEnv], runlog: 
         model = cached / "model"
     else:
         with host_memory.PHASES.phase("warm start"):
-            before = await _run(cfg, make_env, ws, split)
+            before = await _run(cfg, make_env, ws, split, demonstrable)
         ws.close()
         if cached is not None:
             _store(model, ws.dir / "metrics.jsonl", cached)
@@ -130,7 +131,8 @@ def _store(model: Path, metrics: Path, cached: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, split: TaskSplit) -> dict[str, Any] | None:
+async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, split: TaskSplit,
+               demonstrable: TaskSplit) -> dict[str, Any] | None:
     """The starting model's held-out figures (None when nothing is held out or
     warm_start.eval_before=false), then SFT."""
     before: dict[str, Any] | None = None
@@ -142,7 +144,7 @@ async def _run(cfg: DictConfig, make_env: Callable[[], AgentEnv], ws: RunLog, sp
                 before = {"phase": BEFORE, **await evaluator()}
         host_memory.trim()  # what the stopped engine's thread freed, before SFT allocates its own
     async with AsyncExitStack() as stack:
-        sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, split)
+        sft, demos = await on_learner_thread(build_sft, cfg, make_env, ws, cfg.warm_start, (split, demonstrable))
         rows = await sft.run(build_runner(cfg, make_env, demos, stack, branch=False), before)
     del sft, demos  # the SFT learner's weights and optimizer state go before RL loads its own
     host_memory.trim()
