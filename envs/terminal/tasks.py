@@ -36,14 +36,15 @@ _UNITS = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 102
 def oracle_actions(solve_sh: str, timeout: float | None) -> list[str]:
     """The oracle: one bash call, then submit. A solution that is a single command line (besides
     `#` lines: no `set -e`) is that call itself, the shortest demonstration to learn from (with a
-    timeout only when task.toml sets one). Any other runs as its own script: a here document runs
-    it in a child bash, so its `set -e` or `exit` cannot end the agent's shell."""
+    timeout only when task.toml sets one). Any other is its script's lines in a subshell, so its
+    `set -e`, `exit` or `cd` cannot end or move the agent's shell, and a model learns plain shell
+    lines from it rather than a wrapper around them (its `#!` line is dropped)."""
     lines = [line for line in solve_sh.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if len(lines) == 1 and lines[0].strip() != "set -e":
         call = {"command": lines[0].strip(), **({"timeout": timeout} if timeout else {})}
     else:
-        command = f"bash <<'__OPENCLAW_SOLVE__'\n{solve_sh.rstrip()}\n__OPENCLAW_SOLVE__"
-        call = {"command": command, "timeout": timeout or DEFAULT_ORACLE_TIMEOUT_S}
+        script = solve_sh.split("\n", 1)[1] if solve_sh.startswith("#!") else solve_sh
+        call = {"command": f"(\n{script.strip()}\n)", "timeout": timeout or DEFAULT_ORACLE_TIMEOUT_S}
     return [render_tool_call("bash", call), render_tool_call("submit", {})]
 
 

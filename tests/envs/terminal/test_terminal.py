@@ -12,8 +12,9 @@ from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the envs)
 from envs.terminal.env import TerminalEnv
-from envs.terminal.tasks import BUNDLED, load_suite, load_task
-from envs.tool_calls import render_tool_call
+from envs.sandbox import open_sandbox
+from envs.terminal.tasks import BUNDLED, load_suite, load_task, oracle_actions
+from envs.tool_calls import parse_action, render_tool_call
 
 SUITE = load_suite()
 ALL_IDS = sorted(SUITE)
@@ -91,6 +92,23 @@ def test_oracle_passes_and_nothing_fails(docker_env, task_id):
 @pytest.mark.parametrize("task_id", [t for t in ALL_IDS if t not in FAST_IDS])
 def test_every_task_oracle_passes_and_nothing_fails(docker_env, task_id):
     _oracle_and_nothing(docker_env, task_id)
+
+
+@pytest.mark.bwrap
+def test_a_multi_line_oracle_is_plain_lines_that_cannot_end_or_move_the_agents_shell():
+    solve = "#!/bin/bash\nset -e\ncd /tmp\necho done > marker\nexit 3\n"
+    call, submit = (parse_action(a).calls[0] for a in oracle_actions(solve, None))
+    assert call.name == "bash" and submit.name == "submit"
+    assert call.arguments["command"] == "(\nset -e\ncd /tmp\necho done > marker\nexit 3\n)"
+    sb = open_sandbox("bwrap")
+    try:
+        where = sb.exec("pwd").stdout
+        assert sb.exec(call.arguments["command"]).exit_code == 3
+        assert sb.exec("pwd").stdout == where and sb.exec("cat /tmp/marker").stdout == "done\n"
+    finally:
+        sb.close()
+    (one_line,) = (parse_action(a).calls[0] for a in oracle_actions("# sort it\nsort -o f f\n", None)[:1])
+    assert one_line.arguments == {"command": "sort -o f f"}
 
 
 @pytest.mark.bwrap
