@@ -1,5 +1,9 @@
 """The `python` tool: run the agent's code in a sandbox, with time, memory and output limits.
 
+Its time limit is CPU time (`timeout` seconds, the kernel's RLIMIT_CPU), so a loaded machine
+(dozens of envs on two cores) never stops code that would finish; code that waits without
+computing is stopped at WALL_FACTOR x `timeout` of wall time.
+
 Each call runs a fresh `python3 -I` inside the sandbox (default backend bwrap; any backend of
 `envs.sandbox.open_sandbox`). The code travels as an argument of a small runner that first
 blocks a denylist of modules (network, processes, native code) with an import hook, so
@@ -11,6 +15,8 @@ One sandbox serves every episode of an env; one that dies fails the call in prog
 from __future__ import annotations
 
 import dataclasses
+import math
+import signal
 
 from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
 from envs.sandbox.shell import bash_quote
@@ -23,6 +29,7 @@ DENIED_MODULES = (
 )
 FORBIDDEN_EXIT = 86  # the runner's exit code for a blocked import
 MAX_CODE_CHARS = 100_000  # one argv string holds at most 128 KiB
+WALL_FACTOR = 5  # wall-time backstop, in multiples of the CPU-time limit
 
 # Runs inside the sandbox: argv[1] is the agent's code.
 RUNNER = f"""
@@ -117,16 +124,22 @@ class PythonTool:
         """Run `code`. Raises SandboxError when the sandbox itself fails (then it is replaced)."""
         if len(code) > MAX_CODE_CHARS:
             raise ValueError(f"code is {len(code)} characters; the limit is {MAX_CODE_CHARS}")
-        command = f"python3 -I -c {bash_quote(RUNNER)} {bash_quote(code)}"
+        cpu = max(1, math.ceil(self.timeout))
+        # a subshell, so the sandbox's shell keeps its own limits; the hard limit 1 s above the
+        # soft one, so the code gets SIGXCPU (its exit status says so) before SIGKILL
+        command = f"( ulimit -t {cpu + 1} && ulimit -S -t {cpu} && exec python3 -I -c {bash_quote(RUNNER)} {bash_quote(code)} )"
         try:
             self.used = True
-            r = self._box().exec(command, timeout=self.timeout, max_output=self.max_output)
+            r = self._box().exec(command, timeout=WALL_FACTOR * self.timeout, max_output=self.max_output)
         except SandboxError:
             self.close()
             raise
         forbidden = r.exit_code == FORBIDDEN_EXIT
-        if r.timed_out:
-            error = f"timeout: the code ran longer than {self.timeout:g}s and was stopped"
+        out_of_cpu = r.exit_code == 128 + signal.SIGXCPU
+        if out_of_cpu:
+            error = f"timeout: the code computed for {cpu} s of CPU time and was stopped"
+        elif r.timed_out:
+            error = f"timeout: the code ran {WALL_FACTOR * self.timeout:g} s without finishing and was stopped"
         elif r.truncated and r.exit_code is None:
             error = "output limit: the code printed too much and was stopped"
         elif r.truncated:
@@ -136,7 +149,7 @@ class PythonTool:
         else:
             error = None
         return ToolRun(
-            stdout=r.stdout, stderr=r.stderr, exit_code=r.exit_code, timed_out=r.timed_out,
+            stdout=r.stdout, stderr=r.stderr, exit_code=r.exit_code, timed_out=r.timed_out or out_of_cpu,
             truncated=r.truncated, forbidden_import=forbidden, shell_restarted=r.shell_restarted, error=error,
         )
 

@@ -179,6 +179,22 @@ def test_ten_megabyte_print_is_capped(env):
     assert info["next_state"].data["truncated"] and len(info["next_state"].data["stdout"]) < 20_000
 
 
+def test_the_time_limit_is_cpu_time_with_a_wall_backstop():
+    """Code may take longer than its limit in wall time (as on a loaded machine) while it does
+    not compute; waiting past WALL_FACTOR x the limit stops it."""
+    env = ToolCallEnv(code_timeout=1.0)
+    try:
+        env.reset(options={"task_id": "gen-00002"})
+        _, _, _, _, info = env.step(_call("import time; time.sleep(2.5); print('woke')"))
+        assert info["status"] == "ok" and info["next_state"].data["stdout"] == "woke\n"
+        obs, _, _, _, info = env.step(_call("import time; time.sleep(60)"))
+        assert info["status"] == "env_error" and info["next_state"].data["timed_out"] and "without finishing" in obs
+        obs, _, _, _, info = env.step(_call("while True: pass"))
+        assert info["status"] == "env_error" and info["next_state"].data["timed_out"] and "1 s of CPU time" in obs
+    finally:
+        env.close()
+
+
 def test_infinite_loop_times_out(env):
     env.reset(options={"task_id": "gen-00002"})
     obs, _, _, _, info = env.step(_call("while True: pass"))
