@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 300.0  # an actor's process start and the env's constructor
 CLOSE_TIMEOUT_S = 30.0
+# Ray gives a local node a fixed 30 s to register with its GCS; on a loaded machine (a parallel
+# test suite on two cores) that can pass, so a local start is tried this many times
+LOCAL_START_TRIES = 3
 
 
 class EnvWorkerLost(RuntimeError):
@@ -149,9 +152,20 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
     kw: dict[str, Any] = {"include_dashboard": False, "runtime_env": runtime_env or None}
     if address:
         kw["address"] = address
-    else:
-        kw.update(num_cpus=num_cpus, object_store_memory=object_store_mb << 20)
-    ray.init(**kw)
+        ray.init(**kw)
+        return ray.shutdown
+    kw.update(num_cpus=num_cpus, object_store_memory=object_store_mb << 20)
+    for attempt in range(1, LOCAL_START_TRIES):
+        try:
+            ray.init(**kw)
+            return ray.shutdown
+        except Exception as e:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(e):
+                raise
+            log.warning("the local Ray node did not register within Ray's 30 s (a loaded machine?); "
+                        "starting it again (try %d of %d)", attempt + 1, LOCAL_START_TRIES)
+            ray.shutdown()
+    ray.init(**kw)  # the last try: its error is the caller's
     return ray.shutdown
 
 
