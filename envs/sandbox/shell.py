@@ -19,6 +19,7 @@ session is marked broken and the backend restarts the shell.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import secrets
@@ -57,6 +58,15 @@ def bash_quote(text: str) -> str:
 # Sent once to a new shell: its own chatter ("Killed ...", job notices) goes to /dev/null, and
 # commands get the real stderr as fd 2 through fd 9 (see `frame_command`).
 SHELL_INIT = b"exec 9>&2 2>/dev/null\n"
+
+
+def cpu_limited(command: str, cpu_s: float, grace_s: int) -> tuple[str, int]:
+    """`command` run in a subshell under a CPU-time limit (the kernel's RLIMIT_CPU), and the whole
+    seconds it may compute. A subshell, so the sandbox's persistent shell keeps its own limits;
+    the hard limit `grace_s` above the soft one, so a process gets SIGXCPU (exit status 152,
+    bash names it) before SIGKILL."""
+    cpu = max(1, math.ceil(cpu_s))
+    return f"( ulimit -t {cpu + grace_s} && ulimit -S -t {cpu} && exec {command} )", cpu
 
 
 def frame_command(command: str, tag: str, workdir: str | None = None, feeds_stdin: bool = False) -> bytes:

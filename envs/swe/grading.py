@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
@@ -53,7 +52,7 @@ import types
 from typing import Any
 
 from envs.sandbox import Sandbox
-from envs.sandbox.shell import bash_quote
+from envs.sandbox.shell import bash_quote, cpu_limited
 from envs.swe.bundled import PYTEST_PACKAGES
 
 WORKDIR = "/testbed"
@@ -279,11 +278,8 @@ def grade(sb: Sandbox, record: dict[str, Any], patch: str, image: str, cpu_s: fl
         reverted = restore_test_infra(sb, record)
         sb.write_file(f"{SCRATCH}/eval.sh", eval_script(record))
         wall = 5 * cpu_s if wall_s is None else wall_s
-        # a subshell: the sandbox's shell persists, its own limits must not change; the hard
-        # limit a little above the soft one so a process gets SIGXCPU (bash names it) first
-        cpu = max(1, math.ceil(cpu_s))
-        r = sb.exec(f"( ulimit -t {cpu + 5} && ulimit -S -t {cpu} && exec {CLEAN_ENV} bash --noprofile --norc {SCRATCH}/eval.sh )",
-                    timeout=wall, max_output=4 * 1024 * 1024, workdir=WORKDIR)
+        command, cpu = cpu_limited(f"{CLEAN_ENV} bash --noprofile --norc {SCRATCH}/eval.sh", cpu_s, grace_s=5)
+        r = sb.exec(command, timeout=wall, max_output=4 * 1024 * 1024, workdir=WORKDIR)
         log.append(r.stdout + r.stderr)
         if r.timed_out:
             time_limit = f"no result in {wall:.0f} s"

@@ -15,11 +15,10 @@ One sandbox serves every episode of an env; one that dies fails the call in prog
 from __future__ import annotations
 
 import dataclasses
-import math
 import signal
 
 from envs.sandbox import Limits, Sandbox, SandboxError, open_sandbox
-from envs.sandbox.shell import bash_quote
+from envs.sandbox.shell import bash_quote, cpu_limited
 
 DENIED_MODULES = (
     "socket", "_socket", "ssl", "_ssl", "select", "selectors", "asyncio",
@@ -124,10 +123,7 @@ class PythonTool:
         """Run `code`. Raises SandboxError when the sandbox itself fails (then it is replaced)."""
         if len(code) > MAX_CODE_CHARS:
             raise ValueError(f"code is {len(code)} characters; the limit is {MAX_CODE_CHARS}")
-        cpu = max(1, math.ceil(self.timeout))
-        # a subshell, so the sandbox's shell keeps its own limits; the hard limit 1 s above the
-        # soft one, so the code gets SIGXCPU (its exit status says so) before SIGKILL
-        command = f"( ulimit -t {cpu + 1} && ulimit -S -t {cpu} && exec python3 -I -c {bash_quote(RUNNER)} {bash_quote(code)} )"
+        command, cpu = cpu_limited(f"python3 -I -c {bash_quote(RUNNER)} {bash_quote(code)}", self.timeout, grace_s=1)
         try:
             self.used = True
             r = self._box().exec(command, timeout=WALL_FACTOR * self.timeout, max_output=self.max_output)

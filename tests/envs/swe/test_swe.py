@@ -113,7 +113,8 @@ def _submit_with_bfs_body(env: SWEEnv, body: str) -> tuple[float, dict]:
     fix = {"command": "str_replace", "path": "minigraph/graph.py", "old_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n",
            "new_str": "    def bfs(self, start: Hashable) -> Iterator[Hashable]:\n" + body}
     assert env.step(render_tool_call("edit", fix))[4]["status"] == "ok"
-    _, reward, _, _, info = env.step(render_tool_call("submit", {}))
+    _, reward, term, _, info = env.step(render_tool_call("submit", {}))
+    assert term  # submit ends the episode, graded or not
     return reward, info
 
 
