@@ -29,8 +29,8 @@ want=$(cat $reqs | sha256sum | cut -c1-64)
 if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (requirements.txt, requirements-dev.txt)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  # --no-compile: Python compiles a module when it is first imported; compiling every file of
-  # every package up front took 77 of the install's 123 s here.
+  # --no-compile: compiling every file of every package in line took 77 of the install's 123 s
+  # here; step 3 compiles them beside the image builds instead.
   .venv/bin/pip install -q --no-compile -r requirements.txt -r requirements-dev.txt
   say "installing requirements-nodeps.txt without their dependencies"
   .venv/bin/pip install -q --no-compile --no-deps -r requirements-nodeps.txt
@@ -41,10 +41,29 @@ if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv/.requirements.sha
 fi
 
-# 3. Each part's own setup (services, images, browsers).
+# 3. Bytecode, beside step 4. The installs skip it (--no-compile) and Python writes a module's
+# .pyc on its first import only where PYTHONDONTWRITEBYTECODE is unset; where it is set (as on
+# the CI machines) every process compiled torch and transformers again: about 12 s of CPU
+# before a run, a test or an env worker could start.
+compiling=""
+if [ "$(cat .venv/.bytecode.sha 2>/dev/null)" != "$want" ]; then
+  say "compiling the packages' bytecode in the background"
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # Exit status ignored: some packages ship files that are not meant to compile (templates, py2 tests).
+  ( .venv/bin/python -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true; echo "$want" > .venv/.bytecode.sha ) &
+  compiling=$!
+  trap 'kill "$compiling" 2>/dev/null' EXIT
+fi
+
+# 4. Each part's own setup (services, images, browsers).
 for step in scripts/setup.d/*.sh; do
   [ -e "$step" ] || continue
   say "running $step"
   bash "$step"
 done
+if [ -n "$compiling" ]; then
+  wait "$compiling"
+  trap - EXIT
+  say "bytecode compiled"
+fi
 say "done"

@@ -10,6 +10,11 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The suite's runs log nothing to W&B unless a test asks for it (W&B's own tests set WANDB_MODE
+# themselves): W&B's service process took about 5 s of CPU per CLI run, and no test may write to
+# a user's W&B account.
+os.environ["WANDB_MODE"] = "disabled"
+
 # Several workers share the cores: one intra-op thread each (and in the processes they start),
 # or torch's spinning thread pools would fight each other.
 if os.environ.get("PYTEST_XDIST_WORKER"):
