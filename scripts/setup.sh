@@ -43,7 +43,7 @@ fi
 
 # 3. Bytecode, beside step 4. The installs skip it (--no-compile) and Python writes a module's
 # .pyc on its first import only where PYTHONDONTWRITEBYTECODE is unset; where it is set (as on
-# the CI machines) every process compiled torch and transformers again: about 12 s of CPU
+# this project's machines) every process compiled torch and transformers again: about 12 s of CPU
 # before a run, a test or an env worker could start.
 compiling=""
 if [ "$(cat .venv/.bytecode.sha 2>/dev/null)" != "$want" ]; then
