@@ -7,8 +7,8 @@ checkpoint: cfg.model.path points at it, so the engine, the learner and a frozen
 load the warm-started weights. A resumed run (resume=true) reuses a finished warm start.
 
 `warm_start.cache=true` keeps the checkpoint and its rows in $OPENCLAW_CACHE/warm_starts (default
-.cache/), keyed by everything that decides them (`cache_key`), and a later run with the same
-settings starts from it at once; run_dir/warm_start then holds the cached rows and `cached_from`.
+.cache/), keyed by everything that decides them (`cache_key`: the settings, the split, and a digest of
+the env's package and the demonstration code), and a later run with the same settings starts from it at once; run_dir/warm_start then holds the cached rows and `cached_from`.
 A model folder changed in place keeps its key: clear the cache folder then.
 
 `warm_start.eval_before=false` skips the starting model's held-out evaluation. An env's config may
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import logging
 import shutil
@@ -33,7 +34,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent import host_memory
 from envs.base import AgentEnv, TaskSplit
-from experiments.factories import ConfigError, build_evaluator, build_policy, build_runner, build_sft, run_mode
+from experiments.factories import (ConfigError, build_evaluator, build_policy, build_runner, build_sft, env_class, member_env,
+                                   run_mode)
+from learner import sft_demos
 from learner.compute_thread import on_learner_thread
 from learner.runlog import RunLog
 from learner.sft import summary as sft_summary
@@ -105,10 +108,32 @@ def cache_key(cfg: DictConfig, split: TaskSplit) -> str:
     task set changes, e.g. synthesized instances: a cached demonstration must never be held out)."""
     parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "env", "warm_start", "learner", "eval")}
     parts.update(seed=cfg.seed, max_context=cfg.max_context, sampling=OmegaConf.to_container(cfg.sampling, resolve=True),
-                 split=split.to_dict())
+                 split=split.to_dict(), source=source_digest(cfg))
     for k in ("cache", "env_default"):  # where it is kept, who chose it: neither changes it
         parts["warm_start"].pop(k, None)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def source_digest(cfg: DictConfig) -> str:
+    """A digest of what makes the demonstrations beside the settings: each env class's package
+    (the folder of its module and everything under it: oracle, tasks, task generators; a module
+    outside a package alone) and the code that turns oracle episodes into samples. Editing any of
+    them (e.g. how an oracle writes its commands) makes another warm start, not a stale one."""
+    if str(cfg.env.name) == "mix":
+        classes = [env_class(member_env(cfg, str(k), m)) for k, m in cfg.env.members.items()]
+    else:
+        classes = [env_class(cfg.env)]
+    files: set[Path] = {Path(sft_demos.__file__).resolve()}
+    for cls in classes:
+        module = Path(inspect.getfile(cls)).resolve()
+        if (module.parent / "__init__.py").is_file():
+            files.update(f for f in module.parent.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+        else:
+            files.add(module)
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f"{f.name}\0".encode() + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def cache_dir(cfg: DictConfig, split: TaskSplit) -> Path:

@@ -44,6 +44,26 @@ def test_env_swe_warm_starts_by_itself_where_a_model_acts():
     assert learn.env.instances == "synth" and learn.warm_start.cache and learn.mode.name == "outcome"
 
 
+def test_a_cached_warm_start_is_keyed_by_its_envs_package_too(tmp_path, monkeypatch):
+    """Demonstrations come from the env's oracle and task files: editing them (not only the
+    settings) makes another warm start."""
+    pkg = tmp_path / "my_envs"
+    (pkg / "tasks").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "env.py").write_text("from tests.toy_envs import CountdownEnv\n\n\nclass MyEnv(CountdownEnv):\n    pass\n")
+    (pkg / "tasks" / "t1.txt").write_text("count to 3")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg, split = _cfg("env=custom", "env.entry_point=my_envs.env:MyEnv"), TaskSplit(["a"], ["b"])
+    key = cache_key(cfg, split)
+    assert cache_key(cfg, split) == key  # stable
+    (pkg / "tasks" / "t1.txt").write_text("count to 4")  # a task file under the env's package
+    changed = cache_key(cfg, split)
+    assert changed != key
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "env.cpython-311.pyc").write_bytes(b"compiled")  # bytecode is no source
+    assert cache_key(cfg, split) == changed
+
+
 @pytest.mark.slow
 @pytest.mark.docker
 def test_learn_swe_warm_starts_on_synthesized_bugs_then_reports_rls_own_rise(tmp_path, monkeypatch):
