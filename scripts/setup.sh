@@ -30,7 +30,7 @@ if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (requirements.txt, requirements-dev.txt)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
   # --no-compile: compiling every file of every package in line took 77 of the install's 123 s
-  # here; step 3 compiles them beside the image builds instead.
+  # here; step 3 compiles what the harness imports, beside the image builds.
   .venv/bin/pip install -q --no-compile -r requirements.txt -r requirements-dev.txt
   say "installing requirements-nodeps.txt without their dependencies"
   .venv/bin/pip install -q --no-compile --no-deps -r requirements-nodeps.txt
@@ -41,19 +41,11 @@ if [ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv/.requirements.sha
 fi
 
-# 3. Bytecode, beside step 4. The installs skip it (--no-compile) and Python writes a module's
-# .pyc on its first import only where PYTHONDONTWRITEBYTECODE is unset; where it is set (as on
-# this project's machines) every process compiled torch and transformers again: about 12 s of CPU
-# before a run, a test or an env worker could start.
-compiling=""
-if [ "$(cat .venv/.bytecode.sha 2>/dev/null)" != "$want" ]; then
-  say "compiling the packages' bytecode in the background"
-  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  # Exit status ignored: some packages ship files that are not meant to compile (templates, py2 tests).
-  ( .venv/bin/python -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true; echo "$want" > .venv/.bytecode.sha ) &
-  compiling=$!
-  trap 'kill "$compiling" 2>/dev/null' EXIT
-fi
+# 3. Bytecode, beside step 4: where PYTHONDONTWRITEBYTECODE is set no import writes a .pyc and
+# every process compiled torch and transformers again (scripts/bytecode.py says why and what).
+PYTHONDONTWRITEBYTECODE= .venv/bin/python scripts/bytecode.py > .venv/bytecode.log 2>&1 &
+compiling=$!
+trap 'kill "$compiling" 2>/dev/null' EXIT
 
 # 4. Each part's own setup (services, images, browsers).
 for step in scripts/setup.d/*.sh; do
@@ -61,9 +53,7 @@ for step in scripts/setup.d/*.sh; do
   say "running $step"
   bash "$step"
 done
-if [ -n "$compiling" ]; then
-  wait "$compiling"
-  trap - EXIT
-  say "bytecode compiled"
-fi
+wait "$compiling" || say "WARNING: writing bytecode failed (.venv/bytecode.log); runs start slower"
+trap - EXIT
+tail -n 1 .venv/bytecode.log
 say "done"
