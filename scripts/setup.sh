@@ -43,7 +43,7 @@ fi
 
 # 3. Bytecode, beside step 4: where PYTHONDONTWRITEBYTECODE is set no import writes a .pyc and
 # every process compiled torch and transformers again (scripts/bytecode.py says why and what).
-PYTHONDONTWRITEBYTECODE= .venv/bin/python scripts/bytecode.py > .venv/bytecode.log 2>&1 &
+PYTHONDONTWRITEBYTECODE= timeout 600 .venv/bin/python scripts/bytecode.py > .venv/bytecode.log 2>&1 &
 compiling=$!
 trap 'kill "$compiling" 2>/dev/null' EXIT
 
