@@ -325,6 +325,7 @@ def test_the_quickstart_job_composes_and_ends_with_its_held_out_curve(tmp_path):
     assert "start (before warm start) " in out
     cfg = (tmp_path / "q" / "config.yaml").read_text()
     assert "name: reasoning" in cfg and "name: outcome" in cfg
+    assert "malloc_mmap_threshold_mb: 8" in cfg  # the job's allocator setting that keeps it under 3 GiB
     assert (tmp_path / "q" / "checkpoints" / "latest" / "model" / "model.safetensors").is_file()  # the final weights
 
 
