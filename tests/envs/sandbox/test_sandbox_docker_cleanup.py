@@ -13,7 +13,7 @@ import pytest
 
 from envs.sandbox.engine import client, engine_available
 from envs.sandbox.protocol import Limits
-from tests.cli import REPO
+from tests.cli import REPO, sigterm
 from tests.ready import start_ready
 
 pytestmark = [
@@ -220,19 +220,13 @@ def test_sigterm_stops_a_program_as_ctrl_c_does(image, program, tmp_path):
     args = PROGRAMS[program] + ([f"run_dir={tmp_path}"] if program == "run" else [])
     proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while len(_by_pid(proc.pid)) < 5 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert len(_by_pid(proc.pid)) >= 5, "the program never had its sandboxes up"
-        time.sleep(3)  # episodes under way
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        err = proc.communicate(timeout=60)[1]
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    deadline = time.monotonic() + 240
+    while len(_by_pid(proc.pid)) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    up = len(_by_pid(proc.pid))
+    time.sleep(3)  # episodes under way
+    (_, err), took = sigterm(proc, 60)
+    assert up >= 5, "the program never had its sandboxes up"
     assert proc.returncode != 0 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("interrupted:"), err[-2000:]
     assert took < 45, f"took {took:.1f} s to stop"
