@@ -7,8 +7,9 @@ checkpoint: cfg.model.path points at it, so the engine, the learner and a frozen
 load the warm-started weights. A resumed run (resume=true) reuses a finished warm start.
 
 `warm_start.cache=true` keeps the checkpoint and its rows in $OPENCLAW_CACHE/warm_starts (default
-.cache/), keyed by everything that decides them (`cache_key`: the settings, the split, and a digest of
-the env's package and the demonstration code), and a later run with the same settings starts from it at once; run_dir/warm_start then holds the cached rows and `cached_from`.
+.cache/), keyed by everything that decides them (`cache_key`: the settings, the split, and a
+digest of the env's package and the demonstration code), and a later run with the same settings
+starts from it at once; run_dir/warm_start then holds the cached rows and `cached_from`.
 A model folder changed in place keeps its key: clear the cache folder then.
 
 `warm_start.eval_before=false` skips the starting model's held-out evaluation. An env's config may
