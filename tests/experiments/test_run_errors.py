@@ -101,7 +101,7 @@ def test_sigterm_while_the_model_generates_stops_with_one_line(tmp_path):
     """SIGTERM while the held-out evaluation generates (32 tasks of up to 400 tokens): the
     requests in flight at the run's own HTTP server end without a traceback each (the engine
     closes before the server stops; before, 39 tracebacks here)."""
-    args = ["env=toolcall", "env.sandbox=bwrap", "model=tiny", "warm_start=none", "steps=3", "tasks_per_step=16",
+    args = ["env=toolcall", "env.sandbox=bwrap", "model=tiny", "warm_start=none", "steps=1000", "tasks_per_step=16",
             "group_size=2", "n_envs=32", "sampling.max_new_tokens=400", "eval.n_tasks=32", f"run_dir={tmp_path}/r",
             "progress=false"]
     proc = subprocess.Popen([sys.executable, "-m", "experiments.run", *args], cwd=REPO, stdout=subprocess.PIPE,
