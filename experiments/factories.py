@@ -392,9 +392,6 @@ def build_policy(cfg: DictConfig, stack: AsyncExitStack) -> Policy:
         stack.callback(engine.close)
         server = serve(engine, host=str(cfg.policy.host), port=int(cfg.policy.port), weights_dirs=[str(cfg.run_dir)])
         stack.callback(server.stop)
-        # Closed again before the server stops: requests still in flight end as EngineClosed (a 503),
-        # where a server stopping first cancels their handlers after its grace (a traceback each).
-        stack.callback(engine.close)
         client = SGLangClient(server.url, timeout=float(cfg.timeouts.step_s), api_key=server.api_key)
         stack.push_async_callback(client.aclose)
         return _model_policy(cfg, name, client, engine.tokenizer, engine)

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Awaitable, Iterable, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -109,6 +109,15 @@ def _inside(path: str, roots: list[Path]) -> bool:
     return any(real == r or r in real.parents for r in roots)
 
 
+async def _or_closed(generating: Awaitable[Any]) -> Any:
+    """Await a handler's generation; cancelled because the server stops with it in flight (its
+    grace ran out), it ends as EngineClosed, a 503, rather than a traceback per request."""
+    try:
+        return await generating
+    except asyncio.CancelledError:
+        raise EngineClosed("the server stopped while this request was generating") from None
+
+
 def create_app(engine: Engine, served_model_name: str | None = None, *, api_key: str,
                weights_dirs: Iterable[str | Path] = (), docs: bool = False) -> FastAPI:
     pages = {} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
@@ -140,7 +149,7 @@ def create_app(engine: Engine, served_model_name: str | None = None, *, api_key:
         sampling = SamplingParams(max_new_tokens=sp.max_new_tokens, temperature=sp.temperature, top_p=sp.top_p,
                                   top_k=sp.top_k, stop_token_ids=sp.stop_token_ids or [], seed=sp.sampling_seed)
         start = body.logprob_start_len if body.return_logprob else -1
-        out = await engine.run(EngineRequest(ids, sampling, ignore_eos=sp.ignore_eos, logprob_start=start))
+        out = await _or_closed(engine.run(EngineRequest(ids, sampling, ignore_eos=sp.ignore_eos, logprob_start=start)))
         return {"text": engine.decode(out.output_ids, sp.skip_special_tokens), "output_ids": out.output_ids,
                 "meta_info": _meta(out, body.rid, body.return_logprob, ids, start)}
 
@@ -179,11 +188,11 @@ def create_app(engine: Engine, served_model_name: str | None = None, *, api_key:
         messages = [{"role": m.role, "content": _text(m.content)} for m in body.messages]
         ids = _chat_ids(engine, messages)
         max_new = body.max_completion_tokens or body.max_tokens or engine.max_positions - len(ids)
-        outs = await asyncio.gather(*[
+        outs = await _or_closed(asyncio.gather(*[
             engine.run(EngineRequest(ids, SamplingParams(max_new_tokens=max_new, temperature=body.temperature,
                                                          top_p=body.top_p,
                                                          seed=None if body.seed is None else body.seed + i)))
-            for i in range(body.n)])
+            for i in range(body.n)]))
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": name,
